@@ -1,0 +1,81 @@
+# tally - build, test, install, benchmark.
+#
+#   make                 build/libtally.so and build/libtally.a
+#   make test            Criterion suite (installs libcriterion-dev when root)
+#   make check-real      real programs under LD_PRELOAD, output compared
+#   make bench           the benchmark suite (see docs/benchmarks.md)
+#   make install PREFIX=/usr/local
+
+CC      ?= cc
+PREFIX  ?= /usr/local
+BUILD   := build
+
+CFLAGS_COMMON := -std=gnu11 -O2 -g -Wall -Wextra -pthread
+# The library: position independent, everything hidden but the API, local
+# calls bound directly, and no builtin rewriting of malloc calls (gcc may turn
+# malloc+memset into a call to calloc, which would recurse).
+LIB_CFLAGS := $(CFLAGS_COMMON) -fPIC -fvisibility=hidden -fno-semantic-interposition \
+              -ftls-model=initial-exec -fno-builtin-malloc -fno-builtin-calloc \
+              -fno-builtin-realloc -fno-builtin-free $(EXTRA_CFLAGS)
+
+LIB_SRC := $(wildcard alloc/*.c) $(wildcard instrument/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_SO  := $(BUILD)/libtally.so
+LIB_A   := $(BUILD)/libtally.a
+
+.PHONY: all test check-real install clean test-deps
+all: $(LIB_SO) $(LIB_A)
+
+$(BUILD)/obj/%.o: %.c $(wildcard alloc/*.h instrument/*.h include/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(LIB_CFLAGS) -c $< -o $@
+
+$(LIB_SO): $(LIB_OBJ)
+	$(CC) -shared -pthread -Wl,-soname,libtally.so -o $@ $^
+
+$(LIB_A): $(LIB_OBJ)
+	rm -f $@
+	ar rcs $@ $^
+
+# ---- tests ---------------------------------------------------------------
+TEST_SRC  := $(wildcard tests/test_*.c)
+TEST_BIN  := $(BUILD)/tests/unit
+# The tests misuse the API on purpose (huge sizes, use after realloc fails).
+TEST_CFLAGS := $(CFLAGS_COMMON) -Iinclude -fno-builtin -Wno-use-after-free \
+               -Wno-alloc-size-larger-than
+
+test-deps:
+	@sh tests/deps.sh
+
+$(TEST_BIN): $(TEST_SRC) tests/helpers.h $(LIB_SO) $(BUILD)/tests/prog_plain $(BUILD)/tests/prog_static | test-deps
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) -o $@ $(TEST_SRC) -L$(BUILD) -ltally -Wl,-rpath,'$$ORIGIN/..' -lcriterion -ldl
+
+# Helper programs for the linking tests: one plain (for LD_PRELOAD), one
+# linked statically against libtally.a.
+$(BUILD)/tests/prog_plain: tests/progs/uses_malloc.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -Iinclude -o $@ $< -ldl
+
+$(BUILD)/tests/prog_static: tests/progs/uses_malloc.c $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -Iinclude -DSTATIC_TALLY -o $@ $< $(LIB_A) -ldl
+
+test: $(TEST_BIN)
+	cd $(BUILD)/tests && TALLY_LIB=$(abspath $(LIB_SO)) ./unit --jobs 2
+
+check-real: $(LIB_SO)
+	sh tests/real/check-real.sh $(abspath $(LIB_SO))
+
+# ---- install -------------------------------------------------------------
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 include/tally.h $(DESTDIR)$(PREFIX)/include/
+	sed -e 's|@PREFIX@|$(PREFIX)|' tally.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/tally.pc
+
+clean:
+	rm -rf $(BUILD)
+
+-include bench/bench.mk

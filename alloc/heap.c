@@ -1,0 +1,397 @@
+/*
+ * heap.c - per-thread heaps: the slow path that refills the fast path,
+ * frees that cannot take the fast path, remote-free reclaim, purging of
+ * empty pages after a delay, and handing heaps between threads.
+ *
+ * A page's life: fresh from a segment -> current page of its class (the
+ * fast path pops from it) -> full (flagged, off every queue, so allocation
+ * never scans it) -> back on its class queue when a block is freed ->
+ * empty: retired (kept, reusable by any class of its kind) -> purged and
+ * released to its segment once it stayed retired for purge_delay ms.
+ * Emptiness is noticed by a periodic sweep, not by free(), so a
+ * malloc/free ping-pong never leaves the fast path.
+ */
+#include "heap.h"
+#include "os.h"
+#include "diag.h"
+#include "init.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#define HEAP_CHUNK (64 * 1024)
+
+HIDDEN struct page page_empty;
+HIDDEN struct heap heap_empty = { .direct = { [0 ... DIRECT_SLOTS - 1] = &page_empty },
+                                  .current = { [0 ... NUM_CLASSES - 1] = &page_empty },
+                                  .tag = TAG_EMPTY };
+HIDDEN struct heap *heap_table[MAX_HEAPS + 1];
+HIDDEN __thread struct heap *tls_heap TLS_IE = &heap_empty;
+HIDDEN __thread uint16_t tls_tag TLS_IE = TAG_EMPTY;
+static __thread bool tls_exited TLS_IE;
+
+static pthread_mutex_t heap_lock = PTHREAD_MUTEX_INITIALIZER;   /* pool, table */
+static pthread_mutex_t orphan_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct heap *heap_pool;          /* abandoned heaps, ready for reuse */
+static struct heap *orphan;             /* serves threads past their exit */
+static unsigned heap_count;
+static struct heap *chunk_next;
+static size_t chunk_left;
+static pthread_key_t heap_key;
+static _Atomic uint64_t trim_epoch;
+
+/* ---- page bookkeeping ------------------------------------------------ */
+
+static unsigned kind_of_class(unsigned cls) { return cls < NUM_SMALL_CLASSES ? 0 : 1; }
+
+void heap_set_current(struct heap *h, unsigned cls, struct page *pg)
+{
+    h->current[cls] = pg;
+    if (cls >= NUM_SMALL_CLASSES)
+        return;
+    unsigned lo = cls == 0 ? 0 : (sizeclass_block_size[cls - 1] >> 4) + 1;
+    unsigned hi = sizeclass_block_size[cls] >> 4;
+    for (unsigned i = lo; i <= hi; i++)
+        h->direct[i] = pg;
+}
+
+/* Returns a block to its page; a full page goes back on its queue. */
+static void heap_free_block(struct heap *h, struct page *pg, struct block *b)
+{
+    b->next = pg->free;
+    pg->free = b;
+    pg->used--;
+    if (pg->flags & PAGE_FULL) {
+        pg->flags &= (uint16_t)~PAGE_FULL;
+        page_queue_push(&h->queue[pg->cls], pg);
+    }
+}
+
+static void heap_retire_page(struct heap *h, struct page *pg, uint64_t now)
+{
+    page_queue_remove(&h->queue[pg->cls], pg);
+    if (h->current[pg->cls] == pg)
+        heap_set_current(h, pg->cls, &page_empty);
+    pg->retired_at = now;
+    page_queue_push(&h->retired[kind_of_class(pg->cls)], pg);
+}
+
+/* Hands a retired page's frames back to the OS and the page to its
+ * segment; frees the segment when that was its last page. */
+static void heap_purge_page(struct heap *h, struct page *pg)
+{
+    struct segment *s = segment_of(pg);
+    size_t touched = align_up((size_t)pg->reserved * pg->block_size, OS_PAGE);
+    if (touched)
+        os_purge(pg->start, touched);
+    segment_release_page(s, pg);
+    if (s->pages_in_use)
+        return;
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        h->segments = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    segment_free(s);
+}
+
+/* Retires every empty page, then purges those retired for >= delay ms. */
+static void heap_collect(struct heap *h, uint64_t now, uint64_t delay)
+{
+    for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
+        struct page *pg = h->queue[cls].first, *next;
+        for (; pg; pg = next) {
+            next = pg->next;
+            if (pg->used == 0)
+                heap_retire_page(h, pg, now);
+        }
+    }
+    for (unsigned k = 0; k < 2; k++) {
+        struct page *pg;
+        while ((pg = h->retired[k].first) && now - pg->retired_at >= delay) {
+            page_queue_remove(&h->retired[k], pg);
+            heap_purge_page(h, pg);
+        }
+    }
+}
+
+/* Takes every block other threads freed into h and frees it locally. */
+static void heap_drain_remote(struct heap *h)
+{
+    if (atomic_load_explicit(&h->remote, memory_order_relaxed) == NULL)
+        return;
+    struct block *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
+    while (b) {
+        struct block *next = b->next;
+        heap_free_block(h, segment_page_of(segment_of(b), b), b);
+        b = next;
+    }
+}
+
+static void heap_tidy_abandoned(uint64_t now);
+
+/* The periodic sweep, run from the allocation slow path. */
+static void heap_maybe_collect(struct heap *h)
+{
+    uint64_t now = os_now_ms();
+    uint64_t epoch = atomic_load_explicit(&trim_epoch, memory_order_relaxed);
+    if (now < h->next_collect_ms && h->trim_epoch == epoch)
+        return;
+    uint64_t delay = h->trim_epoch == epoch ? init_purge_delay_ms() : 0;
+    h->trim_epoch = epoch;
+    heap_collect(h, now, delay);
+    h->next_collect_ms = now + (delay / 2 ? delay / 2 : 1);
+    heap_tidy_abandoned(now);
+}
+
+/* A page for cls: a retired one (same class first), a free page of one of
+ * h's small segments, or a page of a new segment. */
+static struct page *heap_new_page(struct heap *h, unsigned cls)
+{
+    unsigned k = kind_of_class(cls);
+    struct page_queue *rq = &h->retired[k];
+    struct page *pg = rq->last;
+    for (int i = 0; pg && i < 8; i++, pg = pg->prev) {
+        if (pg->cls == cls) {
+            page_queue_remove(rq, pg);
+            return pg;
+        }
+    }
+    if ((pg = rq->last)) {
+        page_queue_remove(rq, pg);
+        page_init(segment_of(pg), pg, cls);
+        return pg;
+    }
+    for (struct segment *s = h->segments; k == 0 && s; s = s->next) {
+        if (s->kind == SEG_SMALL && (pg = segment_take_page(s))) {
+            page_init(s, pg, cls);
+            return pg;
+        }
+    }
+    struct segment *s = segment_alloc(h, h->tag, k == 0 ? SEG_SMALL : SEG_MEDIUM);
+    if (!s)
+        return NULL;
+    s->prev = NULL;
+    s->next = h->segments;
+    if (h->segments)
+        h->segments->prev = s;
+    h->segments = s;
+    pg = segment_take_page(s);
+    page_init(s, pg, cls);
+    return pg;
+}
+
+void *heap_alloc_slow(struct heap *h, unsigned cls)
+{
+    heap_maybe_collect(h);
+    heap_drain_remote(h);
+    struct page *pg = h->current[cls];
+    if (pg != &page_empty) {
+        if (page_has_room(pg))
+            return page_pop(pg);
+        pg->flags |= PAGE_FULL;
+        page_queue_remove(&h->queue[cls], pg);
+    }
+    while ((pg = h->queue[cls].first)) {
+        if (page_has_room(pg)) {
+            heap_set_current(h, cls, pg);
+            return page_pop(pg);
+        }
+        pg->flags |= PAGE_FULL;
+        page_queue_remove(&h->queue[cls], pg);
+    }
+    pg = heap_new_page(h, cls);
+    if (!pg) {
+        heap_set_current(h, cls, &page_empty);
+        return NULL;
+    }
+    page_queue_push(&h->queue[cls], pg);
+    heap_set_current(h, cls, pg);
+    return page_pop(pg);
+}
+
+/* free() of a block of the caller's own heap that the fast path refused:
+ * its page is full, or the block is the head of its free list. */
+void heap_free_owned_slow(struct heap *h, struct page *pg, struct block *b)
+{
+    if (b == pg->free)
+        diag_fail("free", "double free", b);
+    heap_free_block(h, pg, b);
+}
+
+void heap_free_remote(struct heap *h, struct block *b)
+{
+    struct block *head = atomic_load_explicit(&h->remote, memory_order_relaxed);
+    do {
+        b->next = head;
+    } while (!atomic_compare_exchange_weak_explicit(&h->remote, &head, b,
+                                                    memory_order_release,
+                                                    memory_order_relaxed));
+}
+
+/* ---- heap life cycle ------------------------------------------------- */
+
+/* Precondition: heap_lock held. */
+static struct heap *heap_new(uint8_t state)
+{
+    if (heap_count >= MAX_HEAPS)
+        return NULL;
+    if (chunk_left < sizeof(struct heap)) {
+        chunk_next = os_map(HEAP_CHUNK);
+        if (!chunk_next)
+            return NULL;
+        chunk_left = HEAP_CHUNK;
+    }
+    struct heap *h = chunk_next++;
+    chunk_left -= sizeof(struct heap);
+    for (unsigned i = 0; i < NUM_CLASSES; i++)
+        heap_set_current(h, i, &page_empty);
+    h->tag = (uint16_t)++heap_count;
+    h->state = state;
+    heap_table[h->tag] = h;
+    return h;
+}
+
+static struct heap *heap_acquire(void)
+{
+    pthread_mutex_lock(&heap_lock);
+    struct heap *h = heap_pool;
+    if (h)
+        heap_pool = h->pool_next;
+    else
+        h = heap_new(HEAP_ACTIVE);
+    if (h)
+        h->state = HEAP_ACTIVE;
+    pthread_mutex_unlock(&heap_lock);
+    if (!h)
+        return NULL;
+    tls_heap = h;
+    tls_tag = h->tag;
+    /* May allocate for high key numbers; tls_heap is already usable. */
+    pthread_setspecific(heap_key, h);
+    return h;
+}
+
+struct heap *heap_get(void)
+{
+    struct heap *h = tls_heap;
+    if (likely(h != &heap_empty))
+        return h;
+    init_ensure();
+    if (tls_exited)
+        return NULL;
+    return heap_acquire();
+}
+
+/* Threads past their exit (or beyond MAX_HEAPS) share one locked heap. */
+void *heap_alloc_orphan(unsigned cls)
+{
+    pthread_mutex_lock(&orphan_lock);
+    if (!orphan) {
+        pthread_mutex_lock(&heap_lock);
+        orphan = heap_new(HEAP_ORPHAN);
+        pthread_mutex_unlock(&heap_lock);
+    }
+    void *p = orphan ? heap_alloc(orphan, cls) : NULL;
+    pthread_mutex_unlock(&orphan_lock);
+    return p;
+}
+
+/* Gives back everything empty and parks h for the next new thread. */
+static void heap_abandon(struct heap *h)
+{
+    heap_drain_remote(h);
+    heap_collect(h, os_now_ms(), 0);
+    pthread_mutex_lock(&heap_lock);
+    h->state = HEAP_ABANDONED;
+    h->pool_next = heap_pool;
+    heap_pool = h;
+    pthread_mutex_unlock(&heap_lock);
+}
+
+/* Parked heaps still receive remote frees; sweep them now and then. */
+static void heap_tidy_abandoned(uint64_t now)
+{
+    if (!heap_pool || pthread_mutex_trylock(&heap_lock) != 0)
+        return;
+    for (struct heap *p = heap_pool; p; p = p->pool_next) {
+        heap_drain_remote(p);
+        heap_collect(p, now, 0);
+    }
+    pthread_mutex_unlock(&heap_lock);
+}
+
+void heap_thread_exit(void *arg)
+{
+    tls_heap = &heap_empty;
+    tls_tag = TAG_EMPTY;
+    tls_exited = true;
+    heap_abandon(arg);
+}
+
+void heap_process_init(void)
+{
+    pthread_key_create(&heap_key, heap_thread_exit);
+}
+
+bool heap_trim(void)
+{
+    struct os_counters before, after;
+    os_counters_read(&before);
+    atomic_fetch_add(&trim_epoch, 1);
+    struct heap *h = tls_heap;
+    uint64_t now = os_now_ms();
+    if (h != &heap_empty) {
+        h->trim_epoch = atomic_load(&trim_epoch);
+        heap_drain_remote(h);
+        heap_collect(h, now, 0);
+    }
+    pthread_mutex_lock(&heap_lock);
+    for (struct heap *p = heap_pool; p; p = p->pool_next) {
+        heap_drain_remote(p);
+        heap_collect(p, now, 0);
+    }
+    pthread_mutex_unlock(&heap_lock);
+    pthread_mutex_lock(&orphan_lock);
+    if (orphan) {
+        heap_drain_remote(orphan);
+        heap_collect(orphan, now, 0);
+    }
+    pthread_mutex_unlock(&orphan_lock);
+    segment_cache_release();
+    os_counters_read(&after);
+    return after.purged_bytes != before.purged_bytes || after.unmaps != before.unmaps;
+}
+
+/* ---- fork --------------------------------------------------------------- */
+
+void heap_fork_prepare(void)
+{
+    pthread_mutex_lock(&orphan_lock);
+    pthread_mutex_lock(&heap_lock);
+    segment_lock_all();
+}
+
+void heap_fork_parent(void)
+{
+    segment_unlock_all();
+    pthread_mutex_unlock(&heap_lock);
+    pthread_mutex_unlock(&orphan_lock);
+}
+
+/* The child has one thread. Other threads' heaps may have been mid-update
+ * when fork() ran, so they are never reused: they become zombies whose
+ * memory the child simply keeps. */
+void heap_fork_child(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    heap_lock = fresh;
+    orphan_lock = fresh;
+    segment_reset_locks();
+    for (unsigned t = 1; t <= heap_count; t++) {
+        struct heap *h = heap_table[t];
+        if (h->state == HEAP_ACTIVE && h != tls_heap)
+            h->state = HEAP_ZOMBIE;
+    }
+}

@@ -1,0 +1,71 @@
+/*
+ * heap.h - the per-thread heap: fast-path state, slow paths, remote frees,
+ * purging, and the life cycle of heaps across thread exit and fork.
+ *
+ * Ownership: a heap is touched by exactly one thread at a time (its owner,
+ * or whoever holds the orphan lock for the orphan heap), except `remote`,
+ * the lock-free stack other threads push freed blocks onto. Heap structs are
+ * never unmapped, so a remote freer can always push, even onto a heap whose
+ * thread has exited (it is drained when a new thread adopts the heap).
+ */
+#ifndef TALLY_HEAP_H
+#define TALLY_HEAP_H
+
+#include "page.h"
+#include "sizeclass.h"
+
+#include <stdatomic.h>
+
+enum heap_state { HEAP_ACTIVE = 1, HEAP_ABANDONED, HEAP_ZOMBIE, HEAP_ORPHAN };
+
+#define DIRECT_SLOTS (SMALL_MAX / 16 + 1)
+
+struct heap {
+    /* direct[(size + 15) / 16] is the current page of size's class, so the
+     * fast path needs no class lookup; current[] is the same by class. */
+    struct page *direct[DIRECT_SLOTS];
+    struct page *current[NUM_CLASSES];
+    uint16_t tag;
+    uint8_t state;
+    uint64_t next_collect_ms;
+    uint64_t trim_epoch;
+    struct page_queue queue[NUM_CLASSES]; /* pages with room, per class */
+    struct page_queue retired[2];         /* empty pages, oldest first */
+    struct segment *segments;             /* every segment this heap owns */
+    struct heap *pool_next;
+    _Alignas(64) _Atomic(struct block *) remote;
+    char pad[64 - sizeof(void *)];
+};
+
+extern HIDDEN struct page page_empty;
+extern HIDDEN struct heap heap_empty;
+extern HIDDEN struct heap *heap_table[MAX_HEAPS + 1];
+extern HIDDEN __thread struct heap *tls_heap TLS_IE;
+extern HIDDEN __thread uint16_t tls_tag TLS_IE;
+
+HIDDEN struct heap *heap_get(void);
+HIDDEN void heap_set_current(struct heap *h, unsigned cls, struct page *pg);
+HIDDEN void *heap_alloc_slow(struct heap *h, unsigned cls);
+HIDDEN void *heap_alloc_orphan(unsigned cls);
+HIDDEN void heap_free_owned_slow(struct heap *h, struct page *pg, struct block *b);
+HIDDEN void heap_free_remote(struct heap *h, struct block *b);
+HIDDEN bool heap_trim(void);
+HIDDEN void heap_thread_exit(void *arg);
+HIDDEN void heap_fork_prepare(void);
+HIDDEN void heap_fork_parent(void);
+HIDDEN void heap_fork_child(void);
+
+/* Allocates from h's current page for cls, else takes the slow path. */
+static inline void *heap_alloc(struct heap *h, unsigned cls)
+{
+    struct page *pg = h->current[cls];
+    struct block *b = pg->free;
+    if (likely(b != NULL)) {
+        pg->free = b->next;
+        pg->used++;
+        return b;
+    }
+    return heap_alloc_slow(h, cls);
+}
+
+#endif

@@ -1,0 +1,58 @@
+/*
+ * init.c - start-up in named stages, guarded against re-entry.
+ *
+ * Stage 1 reads TALLY_OPTIONS by walking environ (no getenv, no malloc).
+ * Stage 2 creates the thread-exit key and registers the fork handlers; both
+ * may, in some libc versions, call malloc, which is fine because the heap
+ * machinery needs nothing from these stages to serve that call.
+ * This is the one place alloc/ calls into instrument/ outside the hooks: the
+ * options table lives there.
+ */
+#include "init.h"
+#include "heap.h"
+#include "sizeclass.h"
+#include "../instrument/options.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+
+enum { INIT_NONE, INIT_RUNNING, INIT_DONE };
+static _Atomic int init_state;
+static __thread bool tls_initializing TLS_IE;
+
+void init_ensure(void)
+{
+    if (likely(atomic_load_explicit(&init_state, memory_order_acquire) == INIT_DONE))
+        return;
+    if (tls_initializing)
+        return;
+    int expected = INIT_NONE;
+    if (!atomic_compare_exchange_strong(&init_state, &expected, INIT_RUNNING)) {
+        while (atomic_load_explicit(&init_state, memory_order_acquire) != INIT_DONE)
+            sched_yield();
+        return;
+    }
+    tls_initializing = true;
+    options_load_env();
+    heap_process_init();
+    pthread_atfork(heap_fork_prepare, heap_fork_parent, heap_fork_child);
+    atomic_store_explicit(&init_state, INIT_DONE, memory_order_release);
+    tls_initializing = false;
+}
+
+/* If the first malloc came before libc set up environ, read the options
+ * again once constructors run. */
+__attribute__((constructor(101))) static void init_at_load(void)
+{
+    init_ensure();
+    options_load_env();
+}
+
+uint64_t init_purge_delay_ms(void) { return options_value[OPT_PURGE_DELAY]; }
+
+size_t init_mmap_threshold(void)
+{
+    size_t t = (size_t)options_value[OPT_MMAP_THRESHOLD];
+    return t < SMALL_MAX ? SMALL_MAX : t > MEDIUM_MAX ? MEDIUM_MAX : t;
+}

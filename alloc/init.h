@@ -1,0 +1,17 @@
+/*
+ * init.h - process start-up (lazy, allocation-free) and fork handlers.
+ */
+#ifndef TALLY_INIT_H
+#define TALLY_INIT_H
+
+#include "internal.h"
+
+/* Runs start-up once; cheap when done. Safe to re-enter from start-up. */
+HIDDEN void init_ensure(void);
+HIDDEN uint64_t init_purge_delay_ms(void);
+HIDDEN size_t init_mmap_threshold(void);
+
+/* Provided by heap.c for start-up. */
+HIDDEN void heap_process_init(void);
+
+#endif

@@ -1,0 +1,53 @@
+/*
+ * internal.h - the vocabulary every allocator file shares.
+ *
+ * Glossary (bottom-up):
+ *   segment  a 4 MiB, 4 MiB-aligned OS mapping owned by one heap. Its header
+ *            sits at its start, so `p & ~SEGMENT_MASK` finds the header of any
+ *            block inside it with one AND.
+ *   page     a run of one size class inside a segment: 64 KiB in a small
+ *            segment, the whole segment in a medium one. The page descriptor
+ *            lives in the segment header, never next to user data.
+ *   block    what malloc hands out; while free it holds the next pointer of
+ *            its page's free list.
+ *   heap     a thread's private set of segments and per-class page queues.
+ *            Only the owning thread touches it, except for the atomic
+ *            remote-free stack through which other threads give blocks back.
+ *   large    a block above the mmap threshold: its own aligned mapping with a
+ *            segment-shaped header, resized with mremap.
+ *   segmap   one 16-bit tag per 4 MiB of address space: 0 = not ours,
+ *            TAG_LARGE, or the owning heap's tag. free() reads it first, so
+ *            a foreign pointer is recognised without touching its memory.
+ */
+#ifndef TALLY_ALLOC_INTERNAL_H
+#define TALLY_ALLOC_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#define likely(x)   __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define HIDDEN      __attribute__((visibility("hidden")))
+#define NOINLINE    __attribute__((noinline))
+#define COLD        __attribute__((cold, noinline))
+#define TLS_IE      __attribute__((tls_model("initial-exec")))
+
+#define SEGMENT_SHIFT 22                       /* 4 MiB */
+#define SEGMENT_SIZE  ((size_t)1 << SEGMENT_SHIFT)
+#define SEGMENT_MASK  (SEGMENT_SIZE - 1)
+#define PAGE_SHIFT    16                       /* 64 KiB small pages */
+#define PAGE_SIZE     ((size_t)1 << PAGE_SHIFT)
+#define PAGES_PER_SEGMENT (SEGMENT_SIZE / PAGE_SIZE)
+#define OS_PAGE       4096
+#define MIN_ALIGN     16
+
+/* Heap tags written into the segmap. 0 is "not tally's memory". */
+#define TAG_NONE  0
+#define TAG_LARGE 0xFFFE
+#define TAG_EMPTY 0xFFFF   /* the tag of a thread that has no heap yet */
+#define MAX_HEAPS 0xFFF0
+
+static inline size_t align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
+
+#endif

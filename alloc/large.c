@@ -1,0 +1,116 @@
+/*
+ * large.c - mmap-backed blocks and their mremap-based realloc.
+ */
+#include "large.h"
+#include "segment.h"
+#include "os.h"
+#include "diag.h"
+
+#include <stdatomic.h>
+
+#define LARGE_MAGIC  0x7a11e7b10c4b16ULL
+#define LARGE_OFFSET 64
+
+struct large_header {
+    uint64_t magic;
+    size_t map_size;      /* bytes mapped, header included */
+    size_t offset;        /* block start - mapping start */
+    size_t base_align;    /* alignment the mapping start must keep */
+};
+
+static _Atomic uint64_t live_count, live_bytes;
+
+static void large_tag(struct large_header *h)
+{
+    segmap_set_range(h, h->map_size, TAG_LARGE, TAG_LARGE_TAIL);
+}
+
+static void large_untag(struct large_header *h)
+{
+    segmap_set_range(h, h->map_size, TAG_NONE, TAG_NONE);
+}
+
+void *large_alloc(size_t size, size_t align)
+{
+    size_t offset = align > LARGE_OFFSET ? align : LARGE_OFFSET;
+    size_t base_align = align > SEGMENT_SIZE ? align : SEGMENT_SIZE;
+    if (size > PTRDIFF_MAX - offset - OS_PAGE)
+        return NULL;
+    size_t map_size = align_up(offset + size, OS_PAGE);
+    struct large_header *h = os_map_aligned(map_size, base_align);
+    if (!h)
+        return NULL;
+    *h = (struct large_header){ LARGE_MAGIC, map_size, offset, base_align };
+    large_tag(h);
+    atomic_fetch_add_explicit(&live_count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&live_bytes, map_size, memory_order_relaxed);
+    return (char *)h + offset;
+}
+
+/* The header of the live large block starting at p, or NULL. */
+static struct large_header *large_header_of(const void *p)
+{
+    uintptr_t i = ((uintptr_t)p >> SEGMENT_SHIFT) & SEGMAP_MASK;
+    while (segmap[i] == TAG_LARGE_TAIL && i > 0)
+        i--;
+    if (segmap[i] != TAG_LARGE)
+        return NULL;
+    struct large_header *h = (struct large_header *)(i << SEGMENT_SHIFT);
+    if (h->magic != LARGE_MAGIC || (const char *)h + h->offset != p)
+        return NULL;
+    return h;
+}
+
+static struct large_header *large_checked(const void *p, const char *func)
+{
+    struct large_header *h = large_header_of(p);
+    if (!h)
+        diag_fail(func, "invalid pointer (inside a large block, not its start)", p);
+    return h;
+}
+
+void large_free(void *p, const char *func)
+{
+    struct large_header *h = large_checked(p, func);
+    size_t map_size = h->map_size;
+    large_untag(h);
+    h->magic = 0;
+    atomic_fetch_sub_explicit(&live_count, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&live_bytes, map_size, memory_order_relaxed);
+    os_unmap(h, map_size);
+}
+
+void *large_realloc(void *p, size_t size)
+{
+    struct large_header *h = large_checked(p, "realloc");
+    if (size > PTRDIFF_MAX - h->offset - OS_PAGE)
+        return NULL;
+    size_t old_map = h->map_size;
+    size_t new_map = align_up(h->offset + size, OS_PAGE);
+    if (new_map == old_map)
+        return p;
+    /* Untag first: once mremap moves the pages, another thread may map the
+     * old range and tag it. */
+    large_untag(h);
+    struct large_header *n = os_remap_aligned(h, old_map, new_map, h->base_align);
+    if (!n) {
+        large_tag(h);
+        return NULL;
+    }
+    n->map_size = new_map;
+    large_tag(n);
+    atomic_fetch_add_explicit(&live_bytes, new_map - old_map, memory_order_relaxed);
+    return (char *)n + n->offset;
+}
+
+size_t large_usable_size(const void *p, const char *func)
+{
+    struct large_header *h = large_checked(p, func);
+    return h->map_size - h->offset;
+}
+
+void large_counters(uint64_t *count, uint64_t *bytes)
+{
+    *count = atomic_load_explicit(&live_count, memory_order_relaxed);
+    *bytes = atomic_load_explicit(&live_bytes, memory_order_relaxed);
+}

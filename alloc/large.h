@@ -1,0 +1,25 @@
+/*
+ * large.h - blocks above the mmap threshold: one mapping each.
+ *
+ * Layout: the mapping starts at an address aligned to max(SEGMENT_SIZE,
+ * alignment) with a struct large_header; the block starts `offset` bytes
+ * in (64, or the requested alignment). The segmap tags the mapping's first
+ * 4 MiB TAG_LARGE and the rest TAG_LARGE_TAIL, so free() of any pointer
+ * finds the header by walking back, and realloc() moves the pages with
+ * mremap instead of copying them.
+ */
+#ifndef TALLY_LARGE_H
+#define TALLY_LARGE_H
+
+#include "internal.h"
+
+/* NULL when the OS refuses; a fresh mapping reads as zero. */
+HIDDEN void *large_alloc(size_t size, size_t align);
+/* Aborts through diag_fail() on a pointer that is not a live large block. */
+HIDDEN void large_free(void *p, const char *func);
+/* Resizes in place or by moving pages; NULL (p intact) on failure. */
+HIDDEN void *large_realloc(void *p, size_t size);
+HIDDEN size_t large_usable_size(const void *p, const char *func);
+HIDDEN void large_counters(uint64_t *count, uint64_t *bytes);
+
+#endif

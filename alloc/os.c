@@ -1,0 +1,130 @@
+/*
+ * os.c - mmap, munmap, mremap and madvise, behind the contract in os.h.
+ *
+ * Nothing else in tally includes <sys/mman.h>. Alignment is obtained by
+ * trying the plain size first (the kernel often returns a suitably aligned
+ * range for large requests) and only then over-mapping and trimming, so the
+ * common case costs one syscall.
+ */
+#define _GNU_SOURCE
+#include "os.h"
+
+#include <sys/mman.h>
+#include <stdatomic.h>
+#include <time.h>
+
+static _Atomic uint64_t n_maps, n_unmaps, n_remaps, n_purges;
+static _Atomic uint64_t bytes_mapped, bytes_purged;
+static _Atomic long fail_countdown;
+
+/* Test hook: true when this call must pretend the kernel said no. */
+static bool os_should_fail(void)
+{
+    long n = atomic_load_explicit(&fail_countdown, memory_order_relaxed);
+    if (likely(n == 0))
+        return false;
+    return atomic_fetch_sub(&fail_countdown, 1) == 1;
+}
+
+void os_fail_after(long n) { atomic_store(&fail_countdown, n < 0 ? 0 : n); }
+
+static void *os_mmap_raw(void *hint, size_t size)
+{
+    void *p = mmap(hint, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void *os_map(size_t size)
+{
+    if (os_should_fail())
+        return NULL;
+    void *p = os_mmap_raw(NULL, size);
+    if (p) {
+        atomic_fetch_add_explicit(&n_maps, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&bytes_mapped, size, memory_order_relaxed);
+    }
+    return p;
+}
+
+void os_unmap(void *p, size_t size)
+{
+    munmap(p, size);
+    atomic_fetch_add_explicit(&n_unmaps, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&bytes_mapped, size, memory_order_relaxed);
+}
+
+void *os_map_aligned(size_t size, size_t align)
+{
+    if (size + align < size)
+        return NULL;
+    void *p = os_map(size);
+    if (!p || ((uintptr_t)p & (align - 1)) == 0)
+        return p;
+    os_unmap(p, size);
+    char *raw = os_map(size + align);
+    if (!raw)
+        return NULL;
+    char *aligned = (char *)align_up((uintptr_t)raw, align);
+    size_t head = (size_t)(aligned - raw), tail = align - head;
+    if (head)
+        os_unmap(raw, head);
+    if (tail)
+        os_unmap(aligned + size, tail);
+    return aligned;
+}
+
+void os_purge(void *p, size_t size)
+{
+    madvise(p, size, MADV_DONTNEED);
+    atomic_fetch_add_explicit(&n_purges, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&bytes_purged, size, memory_order_relaxed);
+}
+
+void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align)
+{
+    if (new_size > old_size && os_should_fail())
+        return NULL;
+    /* Shrinking always succeeds in place; growing in place keeps the
+     * address and therefore the alignment. */
+    void *q = mremap(p, old_size, new_size, 0);
+    if (q != MAP_FAILED) {
+        atomic_fetch_add_explicit(&n_remaps, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&bytes_mapped, new_size - old_size,
+                                  memory_order_relaxed);
+        return q;
+    }
+    if (new_size <= old_size)
+        return NULL;
+    /* Move: reserve an aligned target, then let the kernel move the page
+     * tables onto it. MREMAP_FIXED replaces the reservation atomically. */
+    void *target = os_map_aligned(new_size, align);
+    if (!target)
+        return NULL;
+    q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+    if (q == MAP_FAILED) {
+        os_unmap(target, new_size);
+        return NULL;
+    }
+    /* The old range is gone and the target's reservation was consumed. */
+    atomic_fetch_add_explicit(&n_remaps, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&bytes_mapped, old_size, memory_order_relaxed);
+    return q;
+}
+
+void os_counters_read(struct os_counters *out)
+{
+    out->maps = atomic_load(&n_maps);
+    out->unmaps = atomic_load(&n_unmaps);
+    out->remaps = atomic_load(&n_remaps);
+    out->purges = atomic_load(&n_purges);
+    out->mapped_bytes = atomic_load(&bytes_mapped);
+    out->purged_bytes = atomic_load(&bytes_purged);
+}
+
+uint64_t os_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}

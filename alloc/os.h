@@ -1,0 +1,40 @@
+/*
+ * os.h - the only door to the kernel's memory calls.
+ *
+ * Contract (every caller relies on exactly this):
+ *   - os_map() returns zeroed, readable and writable memory aligned to
+ *     OS_PAGE, or NULL; it never sets errno visibly to callers' concern.
+ *   - os_map_aligned() additionally aligns the start to `align` (a power of
+ *     two >= OS_PAGE) and leaves no extra mapping behind.
+ *   - os_purge() keeps the range mapped but hands its frames back; the range
+ *     reads as zero afterwards (MADV_DONTNEED semantics).
+ *   - os_remap_aligned() resizes a mapping that starts at an `align`-aligned
+ *     address, keeping that alignment, moving pages (never copying bytes)
+ *     when it cannot grow in place. On failure the old mapping is untouched.
+ *   - os_fail_after(n) makes the n-th next map/remap call fail (tests only;
+ *     n = 0 switches injection off).
+ * Counters are updated on every call for the stats layer.
+ */
+#ifndef TALLY_OS_H
+#define TALLY_OS_H
+
+#include "internal.h"
+
+struct os_counters {
+    uint64_t maps, unmaps, remaps, purges;
+    uint64_t mapped_bytes;      /* currently mapped by tally */
+    uint64_t purged_bytes;      /* total handed back with os_purge */
+};
+
+HIDDEN void *os_map(size_t size);
+HIDDEN void *os_map_aligned(size_t size, size_t align);
+HIDDEN void  os_unmap(void *p, size_t size);
+HIDDEN void  os_purge(void *p, size_t size);
+HIDDEN void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align);
+HIDDEN void  os_fail_after(long n);
+HIDDEN void  os_counters_read(struct os_counters *out);
+
+/* Milliseconds on a cheap monotonic clock (vDSO, coarse): purge timing. */
+HIDDEN uint64_t os_now_ms(void);
+
+#endif

@@ -1,0 +1,150 @@
+/*
+ * segment.c - segments: getting them from the OS (through a small cache of
+ * empty ones), handing out their pages, and the segmap.
+ *
+ * Only segment_alloc/segment_free and the stats walk take segment_lock; page
+ * hand-out within a segment is the owning heap's business and lock-free.
+ * A freed segment keeps its mapping in the cache (pages already purged by
+ * the heap, so it costs only its header in RSS) and is unmapped beyond
+ * SEGMENT_CACHE_MAX, so a thread that comes and goes does not pay mmap each
+ * time but an idle process does not hoard address space.
+ */
+#include "segment.h"
+#include "os.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#define SEGMENT_CACHE_MAX 8
+
+HIDDEN uint16_t segmap[(size_t)1 << SEGMAP_BITS];
+
+static pthread_mutex_t segment_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct segment *all_segments;         /* live, under segment_lock */
+static struct segment *cache[SEGMENT_CACHE_MAX];
+static unsigned cache_count;
+
+void segmap_set_range(const void *p, size_t size, uint16_t first, uint16_t rest)
+{
+    uintptr_t i = ((uintptr_t)p >> SEGMENT_SHIFT) & SEGMAP_MASK;
+    uintptr_t n = (size + SEGMENT_SIZE - 1) >> SEGMENT_SHIFT;
+    __atomic_store_n(&segmap[i], first, __ATOMIC_RELEASE);
+    for (uintptr_t k = 1; k < n; k++)
+        __atomic_store_n(&segmap[(i + k) & SEGMAP_MASK], rest, __ATOMIC_RELEASE);
+}
+
+static void segment_init_header(struct segment *s, struct heap *h, enum segment_kind kind)
+{
+    memset(s, 0, sizeof *s);
+    s->heap = h;
+    s->kind = kind;
+    if (kind == SEG_SMALL) {
+        s->page_shift = PAGE_SHIFT;
+        s->page_count = PAGES_PER_SEGMENT;
+        s->free_pages = ~(uint64_t)0;
+    } else {
+        s->page_shift = SEGMENT_SHIFT;
+        s->page_count = 1;
+        s->free_pages = 1;
+        for (uint32_t i = 1; i < PAGES_PER_SEGMENT; i++)
+            s->pages[i].flags = PAGE_REDIRECT;
+    }
+    for (uint32_t i = 0; i < s->page_count; i++)
+        s->pages[i].index = i;
+}
+
+struct segment *segment_alloc(struct heap *h, uint16_t tag, enum segment_kind kind)
+{
+    struct segment *s = NULL;
+    pthread_mutex_lock(&segment_lock);
+    if (cache_count)
+        s = cache[--cache_count];
+    pthread_mutex_unlock(&segment_lock);
+    if (!s)
+        s = os_map_aligned(SEGMENT_SIZE, SEGMENT_SIZE);
+    if (!s)
+        return NULL;
+    segment_init_header(s, h, kind);
+
+    pthread_mutex_lock(&segment_lock);
+    s->all_next = all_segments;
+    if (all_segments)
+        all_segments->all_prev = s;
+    all_segments = s;
+    pthread_mutex_unlock(&segment_lock);
+    segmap_set_range(s, SEGMENT_SIZE, tag, tag);
+    return s;
+}
+
+/* Precondition: no page of s is in use, and every page area was purged. */
+void segment_free(struct segment *s)
+{
+    segmap_set_range(s, SEGMENT_SIZE, TAG_NONE, TAG_NONE);
+    bool cached = false;
+    pthread_mutex_lock(&segment_lock);
+    if (s->all_prev)
+        s->all_prev->all_next = s->all_next;
+    else
+        all_segments = s->all_next;
+    if (s->all_next)
+        s->all_next->all_prev = s->all_prev;
+    if (cache_count < SEGMENT_CACHE_MAX) {
+        cache[cache_count++] = s;
+        cached = true;
+    }
+    pthread_mutex_unlock(&segment_lock);
+    if (!cached)
+        os_unmap(s, SEGMENT_SIZE);
+}
+
+/* Unmaps every cached segment (malloc_trim). */
+void segment_cache_release(void)
+{
+    struct segment *batch[SEGMENT_CACHE_MAX];
+    pthread_mutex_lock(&segment_lock);
+    unsigned n = cache_count;
+    memcpy(batch, cache, n * sizeof batch[0]);
+    cache_count = 0;
+    pthread_mutex_unlock(&segment_lock);
+    for (unsigned i = 0; i < n; i++)
+        os_unmap(batch[i], SEGMENT_SIZE);
+}
+
+/* Returns an unassigned page of s, or NULL when all are taken. */
+struct page *segment_take_page(struct segment *s)
+{
+    if (!s->free_pages)
+        return NULL;
+    unsigned i = (unsigned)__builtin_ctzll(s->free_pages);
+    s->free_pages &= ~((uint64_t)1 << i);
+    s->pages_in_use++;
+    struct page *pg = &s->pages[i];
+    pg->in_use = 1;
+    return pg;
+}
+
+/* Precondition: pg's area has been purged (or was never touched). */
+void segment_release_page(struct segment *s, struct page *pg)
+{
+    uint32_t index = pg->index;
+    memset(pg, 0, sizeof *pg);
+    pg->index = index;
+    s->free_pages |= (uint64_t)1 << index;
+    s->pages_in_use--;
+}
+
+void segment_foreach(void (*fn)(struct segment *, void *), void *arg)
+{
+    pthread_mutex_lock(&segment_lock);
+    for (struct segment *s = all_segments; s; s = s->all_next)
+        fn(s, arg);
+    pthread_mutex_unlock(&segment_lock);
+}
+
+void segment_lock_all(void)   { pthread_mutex_lock(&segment_lock); }
+void segment_unlock_all(void) { pthread_mutex_unlock(&segment_lock); }
+void segment_reset_locks(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    segment_lock = fresh;
+}

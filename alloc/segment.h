@@ -1,0 +1,113 @@
+/*
+ * segment.h - segments, pages, and the segmap that maps an address to its
+ * owner without touching the memory.
+ *
+ * Invariants:
+ *   - A segment is SEGMENT_SIZE bytes at a SEGMENT_SIZE-aligned address; its
+ *     header (struct segment) sits at the start, followed by the page area.
+ *   - Small segments have PAGES_PER_SEGMENT pages of PAGE_SIZE; page 0 loses
+ *     its first SMALL_HEADER bytes to the header. A medium segment is one
+ *     page whose area starts at MEDIUM_HEADER.
+ *   - segmap[addr >> SEGMENT_SHIFT] holds the owner heap's tag for as long
+ *     as the segment is mapped and owned; it is cleared before unmapping.
+ *   - Page descriptors are only written by the owning heap's thread.
+ */
+#ifndef TALLY_SEGMENT_H
+#define TALLY_SEGMENT_H
+
+#include "internal.h"
+
+#define SEGMAP_BITS   (47 - SEGMENT_SHIFT)
+#define SEGMAP_MASK   (((uintptr_t)1 << SEGMAP_BITS) - 1)
+#define SMALL_HEADER  (8 * 1024)
+#define MEDIUM_HEADER (64 * 1024)
+#define TAG_LARGE_TAIL 0xFFFD  /* 2nd.. 4 MiB region of a large block */
+
+enum segment_kind { SEG_SMALL = 1, SEG_MEDIUM = 2 };
+
+/* page->flags: any bit set sends free() of a block in the page to the
+ * slow path. */
+#define PAGE_FULL     0x1
+#define PAGE_REDIRECT 0x2   /* slices 1..63 of a medium segment: the real
+                               descriptor is pages[0] */
+
+struct block { struct block *next; };
+
+struct page {
+    struct block *free;        /* fast-path free list */
+    uint32_t used;             /* blocks handed out and not yet freed */
+    uint16_t flags;
+    uint8_t  cls;
+    uint8_t  in_use;           /* assigned to a class (else free in segment) */
+    uint32_t block_size;
+    uint32_t capacity;         /* blocks that fit in the page */
+    uint32_t reserved;         /* blocks carved from the area so far */
+    uint32_t index;            /* position in the segment */
+    uint8_t *start;            /* first block */
+    struct page *next, *prev;  /* class queue or retired list */
+    uint64_t retired_at;       /* ms; when it joined the retired list */
+};
+
+struct heap;
+
+struct segment {
+    struct heap *heap;
+    uint32_t kind;
+    uint32_t page_shift;       /* PAGE_SHIFT or SEGMENT_SHIFT */
+    uint32_t pages_in_use;
+    uint32_t page_count;
+    uint64_t free_pages;       /* bitmap of pages not assigned to a class */
+    struct segment *next, *prev;            /* the heap's segments */
+    struct segment *all_next, *all_prev;    /* every live segment (stats) */
+    struct page pages[PAGES_PER_SEGMENT];
+};
+
+_Static_assert(sizeof(struct segment) <= SMALL_HEADER, "segment header too big");
+_Static_assert(PAGES_PER_SEGMENT == 64, "free_pages bitmap is one word");
+
+extern HIDDEN uint16_t segmap[(size_t)1 << SEGMAP_BITS];
+
+static inline uint16_t segmap_tag(const void *p)
+{
+    return segmap[((uintptr_t)p >> SEGMENT_SHIFT) & SEGMAP_MASK];
+}
+
+static inline struct segment *segment_of(const void *p)
+{
+    return (struct segment *)((uintptr_t)p & ~SEGMENT_MASK);
+}
+
+static inline struct page *segment_page_of(struct segment *s, const void *p)
+{
+    return &s->pages[((uintptr_t)p & SEGMENT_MASK) >> s->page_shift];
+}
+
+/* The fast path's lookup: one descriptor per 64 KiB slice, no load of the
+ * segment's page size. In a medium segment this lands on a PAGE_REDIRECT
+ * descriptor, which sends free() to the slow path and segment_page_of(). */
+static inline struct page *segment_slice_of(struct segment *s, const void *p)
+{
+    return &s->pages[((uintptr_t)p >> PAGE_SHIFT) & (PAGES_PER_SEGMENT - 1)];
+}
+
+static inline size_t page_area_size(const struct segment *s, const struct page *pg)
+{
+    if (s->kind == SEG_MEDIUM)
+        return SEGMENT_SIZE - MEDIUM_HEADER;
+    return pg->index == 0 ? PAGE_SIZE - SMALL_HEADER : PAGE_SIZE;
+}
+
+HIDDEN struct segment *segment_alloc(struct heap *h, uint16_t tag, enum segment_kind kind);
+HIDDEN void segment_free(struct segment *s);
+HIDDEN struct page *segment_take_page(struct segment *s);
+HIDDEN void segment_release_page(struct segment *s, struct page *pg);
+HIDDEN void segmap_set_range(const void *p, size_t size, uint16_t first, uint16_t rest);
+HIDDEN void segment_cache_release(void);
+HIDDEN void segment_lock_all(void);
+HIDDEN void segment_unlock_all(void);
+HIDDEN void segment_reset_locks(void);
+
+/* Calls fn for every live segment while segments cannot be freed. */
+HIDDEN void segment_foreach(void (*fn)(struct segment *, void *), void *arg);
+
+#endif

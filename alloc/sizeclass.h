@@ -1,0 +1,42 @@
+/*
+ * sizeclass.h - request size to size class, and back.
+ *
+ * Classes: 16-byte steps up to 128 B (malloc's 16-byte alignment makes
+ * anything finer pointless), then four classes per power of two up to
+ * 512 KiB, so a block never exceeds its request by more than 25 % (and by
+ * 12.5 % on average). Classes up to SMALL_MAX live in 64 KiB pages; larger
+ * ("medium") ones in a page spanning a whole segment, so every page holds at
+ * least 7 blocks. The table for small sizes turns the fast path's class
+ * lookup into one load.
+ */
+#ifndef TALLY_SIZECLASS_H
+#define TALLY_SIZECLASS_H
+
+#include "internal.h"
+
+#define SMALL_MAX   8192u
+#define MEDIUM_MAX  (512u * 1024u)
+#define NUM_SMALL_CLASSES 32
+#define NUM_CLASSES 56
+
+extern HIDDEN const uint8_t sizeclass_small_table[SMALL_MAX / 16 + 1];
+extern HIDDEN const uint32_t sizeclass_block_size[NUM_CLASSES];
+
+/* Precondition: size <= SMALL_MAX. */
+static inline unsigned sizeclass_of_small(size_t size)
+{
+    return sizeclass_small_table[(size + 15) >> 4];
+}
+
+/* Precondition: size <= MEDIUM_MAX. */
+static inline unsigned sizeclass_of(size_t size)
+{
+    if (size <= 128)
+        return size == 0 ? 0 : (unsigned)((size + 15) >> 4) - 1;
+    size_t s = size - 1;
+    unsigned b = 63u - (unsigned)__builtin_clzl(s);
+    unsigned k = (unsigned)(s >> (b - 2)) & 3u;
+    return 8u + (b - 7u) * 4u + k;
+}
+
+#endif

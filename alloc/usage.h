@@ -1,0 +1,26 @@
+/*
+ * usage.h - a snapshot of what the allocator holds, derived from page,
+ * segment and mapping state when asked (nothing is counted on the fast
+ * path). Reads of other threads' pages are racy by design: the numbers are
+ * a consistent-enough picture, exact when the process is quiet.
+ */
+#ifndef TALLY_USAGE_H
+#define TALLY_USAGE_H
+
+#include "internal.h"
+
+struct usage {
+    uint64_t segments;          /* live small/medium segments */
+    uint64_t segment_bytes;     /* their mapped size */
+    uint64_t allocated_bytes;   /* blocks handed out, by class size */
+    uint64_t free_blocks;       /* carved blocks waiting on free lists */
+    uint64_t page_bytes;        /* bytes of pages assigned to a class */
+    uint64_t large_count, large_bytes;
+    uint64_t mapped_bytes;      /* everything tally has mapped */
+    uint64_t purged_bytes;      /* handed back with madvise, in total */
+    uint64_t maps, unmaps, remaps, purges;
+};
+
+HIDDEN void usage_read(struct usage *u);
+
+#endif

@@ -1,0 +1,126 @@
+/*
+ * options.c - parse and hold tally's options.
+ *
+ * Numbers accept a k/m/g suffix (powers of 1024) so thresholds read
+ * naturally: TALLY_OPTIONS=mmap_threshold=256k,purge_delay=50.
+ * An unknown key or a bad value prints one warning and is ignored: a typo
+ * in an environment variable must never take a production process down.
+ */
+#include "options.h"
+#include "../alloc/diag.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+extern char **environ;
+
+HIDDEN const struct option_def options_table[OPT_COUNT] = {
+    [OPT_MMAP_THRESHOLD] = { "mmap_threshold", 512 * 1024, 0, (uint64_t)1 << 40,
+                             "bytes; larger requests get their own mapping "
+                             "(effective range 8 KiB .. 512 KiB)" },
+    [OPT_PURGE_DELAY] = { "purge_delay", 10, 0, 3600 * 1000,
+                          "ms an empty page is kept before its memory goes back to the OS" },
+};
+
+HIDDEN uint64_t options_value[OPT_COUNT] = {
+    [OPT_MMAP_THRESHOLD] = 512 * 1024,
+    [OPT_PURGE_DELAY] = 10,
+};
+
+static _Atomic int env_loaded;
+
+int options_find(const char *name, size_t len)
+{
+    for (int i = 0; i < OPT_COUNT; i++) {
+        if (strlen(options_table[i].name) == len && memcmp(options_table[i].name, name, len) == 0)
+            return i;
+    }
+    return -1;
+}
+
+/* Parses "123", "64k", "4m", "1g". Returns false on anything else. */
+static bool options_parse_number(const char *s, size_t len, uint64_t *out)
+{
+    uint64_t v = 0;
+    size_t i = 0;
+    if (len == 0)
+        return false;
+    for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
+        if (v > (UINT64_MAX - 9) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (i == 0)
+        return false;
+    if (i + 1 == len) {
+        unsigned shift = 0;
+        switch (s[i] | 0x20) {
+        case 'k': shift = 10; break;
+        case 'm': shift = 20; break;
+        case 'g': shift = 30; break;
+        default: return false;
+        }
+        if (v > (UINT64_MAX >> shift))
+            return false;
+        v <<= shift;
+    } else if (i != len) {
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+int options_set(const char *name, size_t name_len, const char *value, size_t value_len)
+{
+    int id = options_find(name, name_len);
+    if (id < 0)
+        return -1;
+    uint64_t v;
+    if (!options_parse_number(value, value_len, &v) || v < options_table[id].min ||
+        v > options_table[id].max)
+        return -2;
+    __atomic_store_n(&options_value[id], v, __ATOMIC_RELAXED);
+    return 0;
+}
+
+static void options_warn(const char *what, const char *s, size_t len)
+{
+    char item[128];
+    size_t n = len < sizeof item - 1 ? len : sizeof item - 1;
+    memcpy(item, s, n);
+    item[n] = '\0';
+    diag_warn(what, item);
+}
+
+static void options_parse_list(const char *s)
+{
+    while (*s) {
+        const char *end = strchr(s, ',');
+        size_t len = end ? (size_t)(end - s) : strlen(s);
+        const char *eq = memchr(s, '=', len);
+        if (len) {
+            size_t klen = eq ? (size_t)(eq - s) : len;
+            const char *val = eq ? eq + 1 : "1";
+            size_t vlen = eq ? len - klen - 1 : 1;
+            int rc = options_set(s, klen, val, vlen);
+            if (rc == -1)
+                options_warn("TALLY_OPTIONS: unknown option ignored: ", s, len);
+            else if (rc == -2)
+                options_warn("TALLY_OPTIONS: bad value ignored: ", s, len);
+        }
+        s += len + (end ? 1 : 0);
+    }
+}
+
+void options_load_env(void)
+{
+    if (!environ || atomic_exchange(&env_loaded, 1))
+        return;
+    static const char key[] = "TALLY_OPTIONS=";
+    for (char **e = environ; *e; e++) {
+        if (strncmp(*e, key, sizeof key - 1) == 0) {
+            options_parse_list(*e + sizeof key - 1);
+            return;
+        }
+    }
+}

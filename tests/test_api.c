@@ -1,0 +1,272 @@
+/*
+ * test_api.c - the contract of every exported malloc-family function.
+ */
+#include "helpers.h"
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <malloc.h>
+#include <stdint.h>
+#include "tally.h"
+
+static void fill(unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)(i * 31 + seed);
+}
+
+static int check(const unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != (unsigned char)(i * 31 + seed))
+            return 0;
+    return 1;
+}
+
+Test(api, malloc_zero_is_unique_and_freeable)
+{
+    void *a = malloc(0), *b = malloc(0);
+    cr_assert(a && b && a != b);
+    free(a);
+    free(b);
+}
+
+Test(api, malloc_is_16_byte_aligned_and_usable_to_the_end)
+{
+    for (size_t n = 1; n < 70000; n += (n < 300 ? 1 : 97)) {
+        unsigned char *p = malloc(n);
+        cr_assert(p != NULL, "malloc(%zu)", n);
+        cr_assert_eq((uintptr_t)p % 16, 0, "malloc(%zu) = %p", n, (void *)p);
+        size_t u = malloc_usable_size(p);
+        cr_assert_geq(u, n);
+        fill(p, u, (unsigned)n);
+        cr_assert(check(p, u, (unsigned)n));
+        free(p);
+    }
+}
+
+Test(api, size_classes_waste_at_most_a_quarter)
+{
+    /* 16-byte granularity below 128 B, then at most 25% over the request. */
+    for (size_t n = 1; n <= 512 * 1024; n += (n < 9000 ? 1 : 61)) {
+        void *p = malloc(n);
+        size_t u = malloc_usable_size(p);
+        cr_assert_geq(u, n);
+        if (n <= 128)
+            cr_assert_lt(u - n, 16, "size %zu usable %zu", n, u);
+        else
+            cr_assert_leq((double)(u - n), 0.25 * (double)n, "size %zu usable %zu", n, u);
+        free(p);
+    }
+}
+
+Test(api, aligned_family_honours_alignment_up_to_1MiB)
+{
+    static const size_t sizes[] = { 1, 8, 24, 100, 1000, 4096, 5000, 70000, 600000, 3 << 20 };
+    for (size_t a = 16; a <= (1 << 20); a <<= 1) {
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            size_t n = sizes[i];
+            void *p = NULL;
+            cr_assert_eq(posix_memalign(&p, a, n), 0, "align %zu size %zu", a, n);
+            cr_assert_eq((uintptr_t)p % a, 0, "posix_memalign(%zu, %zu) = %p", a, n, p);
+            cr_assert_geq(malloc_usable_size(p), n);
+            memset(p, 0x5a, n);
+            void *q = aligned_alloc(a, n);
+            cr_assert(q && (uintptr_t)q % a == 0, "aligned_alloc(%zu, %zu)", a, n);
+            memset(q, 0x5a, n);
+            void *r = memalign(a, n);
+            cr_assert(r && (uintptr_t)r % a == 0, "memalign(%zu, %zu)", a, n);
+            memset(r, 0x5a, n);
+            free(p);
+            free(q);
+            free(r);
+        }
+    }
+}
+
+Test(api, valloc_and_pvalloc_are_page_aligned)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    void *v = valloc(10);
+    cr_assert(v && (uintptr_t)v % (uintptr_t)page == 0);
+    void *pv = pvalloc(10);
+    cr_assert(pv && (uintptr_t)pv % (uintptr_t)page == 0);
+    cr_assert_geq(malloc_usable_size(pv), (size_t)page);
+    free(v);
+    free(pv);
+}
+
+Test(api, bad_alignment_is_einval)
+{
+    void *p = (void *)1;
+    cr_assert_eq(posix_memalign(&p, 3, 10), EINVAL);
+    cr_assert_eq(posix_memalign(&p, 0, 10), EINVAL);
+    cr_assert_eq(posix_memalign(&p, 4, 10), EINVAL);
+    cr_assert_eq(p, (void *)1, "posix_memalign must not touch *out on failure");
+    errno = 0;
+    cr_assert_null(aligned_alloc(24, 10));
+    cr_assert_eq(errno, EINVAL);
+}
+
+Test(api, impossible_sizes_are_enomem)
+{
+    errno = 0;
+    cr_assert_null(malloc(SIZE_MAX));
+    cr_assert_eq(errno, ENOMEM);
+    errno = 0;
+    cr_assert_null(malloc((size_t)PTRDIFF_MAX + 1));
+    cr_assert_eq(errno, ENOMEM);
+    errno = 0;
+    cr_assert_null(calloc(SIZE_MAX / 2, 3));
+    cr_assert_eq(errno, ENOMEM);
+    void *p = malloc(10);
+    errno = 0;
+    cr_assert_null(reallocarray(p, SIZE_MAX / 2, 3));
+    cr_assert_eq(errno, ENOMEM);
+    errno = 0;
+    cr_assert_null(realloc(p, SIZE_MAX - 10));
+    cr_assert_eq(errno, ENOMEM);
+    void *al = NULL;
+    cr_assert_eq(posix_memalign(&al, 64, SIZE_MAX - 10), ENOMEM);
+    /* The heap is still usable and p still valid. */
+    memset(p, 1, 10);
+    free(p);
+    void *q = malloc(100);
+    cr_assert_not_null(q);
+    free(q);
+}
+
+Test(api, calloc_zeroes_reused_memory)
+{
+    static const size_t sizes[] = { 16, 200, 4000, 9000, 100000, 400000, 2 << 20 };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t n = sizes[i];
+        for (int round = 0; round < 3; round++) {
+            unsigned char *p = malloc(n);
+            memset(p, 0xab, n);
+            free(p);
+            unsigned char *z = calloc(1, n);
+            cr_assert_not_null(z);
+            for (size_t k = 0; k < n; k++)
+                cr_assert_eq(z[k], 0, "calloc(%zu) byte %zu", n, k);
+            free(z);
+        }
+    }
+}
+
+Test(api, realloc_keeps_contents_small_medium_large)
+{
+    static const size_t steps[] = { 1, 17, 100, 1000, 8192, 9000, 60000, 300000, 600000,
+                                    2 << 20, 10 << 20, 1 << 20, 50000, 500, 8, 64 << 20, 3 };
+    unsigned char *p = NULL;
+    size_t have = 0;
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        size_t n = steps[i];
+        p = realloc(p, n);
+        cr_assert_not_null(p, "realloc to %zu", n);
+        size_t keep = have < n ? have : n;
+        cr_assert(check(p, keep, 7), "contents lost in realloc %zu -> %zu", have, n);
+        fill(p, n, 7);
+        have = n;
+    }
+    free(p);
+}
+
+Test(api, realloc_of_large_blocks_up_to_256MiB)
+{
+    unsigned char *p = malloc(1 << 20);
+    fill(p, 1 << 20, 3);
+    for (size_t n = 2 << 20; n <= (256u << 20); n *= 2) {
+        p = realloc(p, n);
+        cr_assert_not_null(p);
+        cr_assert(check(p, 1 << 20, 3), "first MiB lost at %zu", n);
+        p[n - 1] = 0x42;
+    }
+    p = realloc(p, 5 << 20);
+    cr_assert(check(p, 1 << 20, 3));
+    free(p);
+}
+
+Test(api, realloc_edge_cases)
+{
+    void *p = realloc(NULL, 100);
+    cr_assert_not_null(p);
+    cr_assert_null(realloc(p, 0), "realloc(p, 0) frees and returns NULL as glibc does");
+    free(NULL);
+    free_sized(malloc(40), 40);
+    free_aligned_sized(aligned_alloc(256, 512), 256, 512);
+}
+
+Test(api, mallopt_mmap_threshold_and_others)
+{
+    struct tally_stats before = { .size = sizeof before }, after = { .size = sizeof after };
+    cr_assert_eq(mallopt(M_MMAP_THRESHOLD, 64 * 1024), 1);
+    tally_stats_get(&before);
+    void *p = malloc(100 * 1024);
+    tally_stats_get(&after);
+    cr_assert_eq(after.large_count, before.large_count + 1,
+                 "a block above the threshold is its own mapping");
+    free(p);
+    cr_assert_eq(mallopt(M_MMAP_THRESHOLD, 512 * 1024), 1);
+    tally_stats_get(&before);
+    p = malloc(100 * 1024);
+    tally_stats_get(&after);
+    cr_assert_eq(after.large_count, before.large_count);
+    free(p);
+    cr_assert_eq(mallopt(M_ARENA_MAX, 4), 0, "unsupported parameters are refused");
+}
+
+Test(api, mallinfo2_counts_allocations)
+{
+    struct mallinfo2 a = mallinfo2();
+    void *blocks[1000];
+    for (int i = 0; i < 1000; i++)
+        blocks[i] = malloc(1000);
+    struct mallinfo2 b = mallinfo2();
+    cr_assert_geq(b.uordblks - a.uordblks, 1000 * 1000);
+    void *big = malloc(8 << 20);
+    struct mallinfo2 c = mallinfo2();
+    cr_assert_eq(c.hblks, b.hblks + 1);
+    cr_assert_geq(c.hblkhd - b.hblkhd, (size_t)8 << 20);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    struct mallinfo old = mallinfo();
+#pragma GCC diagnostic pop
+    cr_assert_geq((size_t)old.uordblks, 1000 * 1000);
+    free(big);
+    for (int i = 0; i < 1000; i++)
+        free(blocks[i]);
+}
+
+Test(api, tally_options_by_name)
+{
+    uint64_t v = 0;
+    cr_assert_eq(tally_option_get("mmap_threshold", &v), 0);
+    cr_assert_eq(v, 512 * 1024);
+    cr_assert_eq(tally_option_set("purge_delay", "25"), 0);
+    cr_assert_eq(tally_option_get("purge_delay", &v), 0);
+    cr_assert_eq(v, 25);
+    cr_assert_eq(tally_option_set("mmap_threshold", "256k"), 0);
+    cr_assert_eq(tally_option_get("mmap_threshold", &v), 0);
+    cr_assert_eq(v, 256 * 1024);
+    errno = 0;
+    cr_assert_eq(tally_option_set("no_such_option", "1"), -1);
+    cr_assert_eq(errno, EINVAL);
+    cr_assert_eq(tally_option_set("purge_delay", "soon"), -1);
+    cr_assert_str_eq(tally_version(), "0.1.0");
+}
+
+Test(api, stats_struct_checks_its_size)
+{
+    struct tally_stats s = { .size = 4 };
+    errno = 0;
+    cr_assert_eq(tally_stats_get(&s), -1);
+    cr_assert_eq(errno, EINVAL);
+    /* An older, shorter struct is filled only up to its size. */
+    unsigned char buf[sizeof(struct tally_stats) + 16];
+    memset(buf, 0xee, sizeof buf);
+    struct tally_stats *old = (struct tally_stats *)buf;
+    old->size = offsetof(struct tally_stats, large_count);
+    cr_assert_eq(tally_stats_get(old), 0);
+    cr_assert_eq(old->version, TALLY_STATS_VERSION);
+    cr_assert_eq(buf[offsetof(struct tally_stats, large_count)], 0xee);
+}

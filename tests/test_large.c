@@ -1,0 +1,84 @@
+/*
+ * test_large.c - blocks above the mmap threshold: realloc moves pages with
+ * mremap instead of copying, and shrinking gives pages back.
+ */
+#include "helpers.h"
+#include <criterion/criterion.h>
+#include <malloc.h>
+#include "tally.h"
+
+static struct tally_stats stats(void)
+{
+    struct tally_stats s = { .size = sizeof s };
+    tally_stats_get(&s);
+    return s;
+}
+
+Test(large, growing_a_written_64MiB_block_does_not_copy_it)
+{
+    size_t n = 64u << 20;
+    unsigned char *p = malloc(n);
+    for (size_t i = 0; i < n; i += 4096)
+        p[i] = (unsigned char)(i >> 12);
+    struct tally_stats before = stats();
+    long faults = minor_faults();
+    p = realloc(p, 2 * n);
+    long copied_faults = minor_faults() - faults;
+    struct tally_stats after = stats();
+    cr_assert_not_null(p);
+    /* A copy would fault in all 16384 pages of the new block. */
+    cr_assert_lt(copied_faults, 256, "realloc took %ld page faults", copied_faults);
+    cr_assert_gt(after.mremap_calls, before.mremap_calls);
+    for (size_t i = 0; i < n; i += 4096)
+        cr_assert_eq(p[i], (unsigned char)(i >> 12), "byte at %zu", i);
+    free(p);
+}
+
+Test(large, untouched_growth_1_to_64MiB_faults_almost_nothing)
+{
+    long faults = minor_faults();
+    void *p = NULL;
+    for (size_t mib = 1; mib <= 64; mib++) {
+        p = realloc(p, mib << 20);
+        cr_assert_not_null(p);
+    }
+    free(p);
+    long taken = minor_faults() - faults;
+    cr_assert_lt(taken, 200, "growth took %ld page faults", taken);
+}
+
+Test(large, shrinking_gives_pages_back)
+{
+    size_t n = 128u << 20;
+    unsigned char *p = malloc(n);
+    memset(p, 1, n);
+    long rss_full = rss_kib();
+    p = realloc(p, 8u << 20);
+    long rss_small = rss_kib();
+    cr_assert_lt(rss_small, rss_full - 100 * 1024, "RSS %ld -> %ld KiB", rss_full, rss_small);
+    cr_assert_eq(p[(8u << 20) - 1], 1);
+    free(p);
+}
+
+Test(large, free_unmaps_at_once)
+{
+    size_t n = 96u << 20;
+    unsigned char *p = malloc(n);
+    memset(p, 1, n);
+    long rss_full = rss_kib();
+    free(p);
+    cr_assert_lt(rss_kib(), rss_full - 90 * 1024);
+}
+
+Test(large, calloc_of_large_is_zero_and_usable_size_is_mapped_size)
+{
+    size_t n = (3u << 20) + 5;
+    unsigned char *p = calloc(1, n);
+    size_t u = malloc_usable_size(p);
+    cr_assert_geq(u, n);
+    cr_assert_lt(u, n + 8192);
+    for (size_t i = 0; i < u; i += 1024)
+        cr_assert_eq(p[i], 0);
+    memset(p, 2, u);
+    free(p);
+}

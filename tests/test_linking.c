@@ -1,0 +1,52 @@
+/*
+ * test_linking.c - the ways users get tally: LD_PRELOAD into an unmodified
+ * program, and a program linked against libtally.a; plus TALLY_OPTIONS
+ * warnings. The helper programs are built next to this runner.
+ */
+#include "helpers.h"
+#include <criterion/criterion.h>
+
+Test(linking, ld_preload_replaces_malloc)
+{
+    char out[512];
+    cr_assert_eq(run_cmd("./prog_plain", out, sizeof out), 0);
+    cr_assert_str_eq(out, "system\n", "without the preload the system malloc runs");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s ./prog_plain", tally_lib());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0);
+    cr_assert_str_eq(out, "tally 0.1.0 allocated=yes\n");
+}
+
+Test(linking, static_library_replaces_malloc)
+{
+    char out[512];
+    cr_assert_eq(run_cmd("./prog_static", out, sizeof out), 0);
+    cr_assert_str_eq(out, "tally 0.1.0 allocated=yes\n");
+}
+
+Test(linking, unknown_option_warns_once_and_runs)
+{
+    char out[1024];
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "TALLY_OPTIONS=purge_delay=5,bogus=1,mmap_threshold=lots "
+             "LD_PRELOAD=%s ./prog_plain 2>&1", tally_lib());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0);
+    cr_assert(strstr(out, "tally: warning: TALLY_OPTIONS: unknown option ignored: bogus=1\n"),
+              "%s", out);
+    cr_assert(strstr(out, "bad value ignored: mmap_threshold=lots"), "%s", out);
+    char *first = strstr(out, "bogus");
+    cr_assert_null(strstr(first + 1, "bogus"), "warned twice: %s", out);
+    cr_assert(strstr(out, "tally 0.1.0 allocated=yes"), "%s", out);
+}
+
+Test(linking, options_reach_the_allocator)
+{
+    char out[512];
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "TALLY_OPTIONS=mmap_threshold=64k LD_PRELOAD=%s "
+             "python3 -c \"import ctypes; v=ctypes.c_uint64(); "
+             "ctypes.CDLL(None).tally_option_get(b'mmap_threshold', ctypes.byref(v)); "
+             "print(v.value)\"", tally_lib());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0);
+    cr_assert_str_eq(out, "65536\n");
+}

@@ -1,0 +1,90 @@
+/*
+ * test_misuse.c - every misuse tally can see aborts with one clear line on
+ * stderr naming the function and the pointer. Each case runs in a child.
+ */
+#include "helpers.h"
+#include <criterion/criterion.h>
+#include <malloc.h>
+
+static void expect_abort(void (*fn)(void *), const char *text)
+{
+    struct child_result r = run_in_child(fn, NULL);
+    cr_assert_eq(child_signal(&r), SIGABRT, "child should abort; stderr: %s", r.err);
+    cr_assert(strstr(r.err, text) != NULL, "stderr lacks '%s': %s", text, r.err);
+    cr_assert(strstr(r.err, "tally: ") != NULL && strstr(r.err, "0x") != NULL,
+              "report names tally and the address: %s", r.err);
+}
+
+static void free_stack_pointer(void *arg)
+{
+    (void)arg;
+    char local[16];
+    void *volatile p = local;
+    free(p);
+}
+
+static void free_static_pointer(void *arg)
+{
+    (void)arg;
+    static char data[64];
+    void *volatile p = data;
+    free(p);
+}
+
+static void double_free_small(void *arg)
+{
+    (void)arg;
+    void *volatile p = malloc(32);
+    free(p);
+    free(p);
+}
+
+static void double_free_large(void *arg)
+{
+    (void)arg;
+    void *volatile p = malloc(8 << 20);
+    free(p);
+    free(p);
+}
+
+static void free_inside_large(void *arg)
+{
+    (void)arg;
+    char *volatile p = malloc(16 << 20);
+    free(p + (5 << 20));
+}
+
+static void realloc_foreign(void *arg)
+{
+    (void)arg;
+    static char data[64];
+    void *volatile p = data;
+    p = realloc(p, 100);
+}
+
+static void usable_size_foreign(void *arg)
+{
+    (void)arg;
+    char local[16];
+    void *volatile p = local;
+    (void)malloc_usable_size(p);
+}
+
+static void free_garbage(void *arg)
+{
+    (void)arg;
+    void *volatile p = (void *)0x123456789abcULL;
+    free(p);
+}
+
+Test(misuse, free_of_stack_pointer) { expect_abort(free_stack_pointer, "free(): invalid pointer"); }
+Test(misuse, free_of_static_pointer) { expect_abort(free_static_pointer, "free(): invalid pointer"); }
+Test(misuse, free_of_garbage) { expect_abort(free_garbage, "free(): invalid pointer"); }
+Test(misuse, double_free_of_small_block) { expect_abort(double_free_small, "double free"); }
+Test(misuse, double_free_of_large_block) { expect_abort(double_free_large, "free(): invalid pointer"); }
+Test(misuse, free_inside_large_block) { expect_abort(free_inside_large, "invalid pointer"); }
+Test(misuse, realloc_of_foreign_pointer) { expect_abort(realloc_foreign, "realloc(): invalid pointer"); }
+Test(misuse, usable_size_of_foreign_pointer)
+{
+    expect_abort(usable_size_foreign, "malloc_usable_size(): invalid pointer");
+}

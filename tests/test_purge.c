@@ -1,0 +1,92 @@
+/*
+ * test_purge.c - freed memory goes back to the OS: after a short delay on
+ * its own, and at once on malloc_trim(0).
+ */
+#include "helpers.h"
+#include <criterion/criterion.h>
+#include <malloc.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#define WORKING_SET (192u << 20)
+
+static void **build(size_t size, size_t *count)
+{
+    size_t n = WORKING_SET / size;
+    void **v = mmap(NULL, n * sizeof *v, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    for (size_t i = 0; i < n; i++) {
+        v[i] = malloc(size);
+        memset(v[i], 0x33, size);
+    }
+    *count = n;
+    return v;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
+    nanosleep(&ts, NULL);
+}
+
+Test(purge, malloc_trim_returns_freed_small_blocks_at_once)
+{
+    size_t n;
+    void **v = build(1000, &n);
+    long full = rss_kib();
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    cr_assert_eq(malloc_trim(0), 1, "something was released");
+    long trimmed = rss_kib();
+    cr_assert_lt(trimmed, full - 150 * 1024, "RSS %ld -> %ld KiB", full, trimmed);
+}
+
+Test(purge, empty_pages_are_purged_after_the_delay_without_trim)
+{
+    size_t n;
+    void **v = build(3000, &n);
+    long full = rss_kib();
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    /* Keep allocating something else, as a live program would; the
+     * periodic sweep runs on the allocation slow path. */
+    long now = full;
+    for (int round = 0; round < 200 && now > full - 150 * 1024; round++) {
+        void *tmp[64];
+        for (int k = 0; k < 64; k++)
+            tmp[k] = malloc(2000);
+        for (int k = 0; k < 64; k++)
+            free(tmp[k]);
+        sleep_ms(5);
+        now = rss_kib();
+    }
+    cr_assert_lt(now, full - 150 * 1024, "RSS %ld -> %ld KiB", full, now);
+}
+
+Test(purge, medium_blocks_are_returned_too)
+{
+    size_t n;
+    void **v = build(100000, &n);
+    long full = rss_kib();
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    malloc_trim(0);
+    cr_assert_lt(rss_kib(), full - 150 * 1024);
+}
+
+Test(purge, ping_pong_reuses_memory_without_growing)
+{
+    /* A free/malloc cycle of the same working set must not grow RSS. */
+    size_t n;
+    void **v = build(512, &n);
+    long first = rss_kib();
+    for (int round = 0; round < 5; round++) {
+        for (size_t i = 0; i < n; i++)
+            free(v[i]);
+        for (size_t i = 0; i < n; i++) {
+            v[i] = malloc(512);
+            memset(v[i], 0x44, 512);
+        }
+    }
+    cr_assert_lt(rss_kib(), first + 16 * 1024);
+}

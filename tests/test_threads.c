@@ -1,0 +1,198 @@
+/*
+ * test_threads.c - many threads, blocks freed by other threads, threads
+ * that exit, and fork() from a threaded process.
+ */
+#include "helpers.h"
+#include <criterion/criterion.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+/* ---- producer/consumer: every block is freed by another thread -------- */
+
+#define RING 4096
+struct ring {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    void *slot[RING];
+    size_t head, tail;
+    int producers_left;
+};
+
+static void ring_put(struct ring *r, void *p)
+{
+    pthread_mutex_lock(&r->lock);
+    while (r->head - r->tail == RING)
+        pthread_cond_wait(&r->cond, &r->lock);
+    r->slot[r->head++ % RING] = p;
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->lock);
+}
+
+static void *ring_get(struct ring *r)
+{
+    pthread_mutex_lock(&r->lock);
+    while (r->head == r->tail && r->producers_left)
+        pthread_cond_wait(&r->cond, &r->lock);
+    void *p = r->head == r->tail ? NULL : r->slot[r->tail++ % RING];
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->lock);
+    return p;
+}
+
+#define PER_PRODUCER 200000
+
+static size_t size_for(uintptr_t i) { return 16 + (i * 7919) % (i % 64 == 0 ? 70000 : 600); }
+
+static void *producer(void *arg)
+{
+    struct ring *r = arg;
+    for (uintptr_t i = 0; i < PER_PRODUCER; i++) {
+        size_t n = size_for(i);
+        unsigned char *p = malloc(n);
+        memset(p, (int)(n & 0xff), n);
+        memcpy(p, &n, sizeof n);
+        ring_put(r, p);
+    }
+    pthread_mutex_lock(&r->lock);
+    r->producers_left--;
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->lock);
+    return NULL;
+}
+
+static void *consumer(void *arg)
+{
+    struct ring *r = arg;
+    uintptr_t bad = 0;
+    unsigned char *p;
+    while ((p = ring_get(r))) {
+        size_t n;
+        memcpy(&n, p, sizeof n);
+        if (malloc_usable_size(p) < n || p[n - 1] != (unsigned char)(n & 0xff))
+            bad++;
+        free(p);
+    }
+    return (void *)bad;
+}
+
+Test(threads, blocks_freed_by_other_threads, .timeout = 120)
+{
+    struct ring r = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
+                      .producers_left = 3 };
+    pthread_t prod[3], cons[3];
+    for (int i = 0; i < 3; i++) {
+        pthread_create(&prod[i], NULL, producer, &r);
+        pthread_create(&cons[i], NULL, consumer, &r);
+    }
+    uintptr_t bad = 0;
+    for (int i = 0; i < 3; i++) {
+        void *ret;
+        pthread_join(prod[i], NULL);
+        pthread_join(cons[i], &ret);
+        bad += (uintptr_t)ret;
+    }
+    cr_assert_eq(bad, 0, "%lu blocks arrived corrupted", (unsigned long)bad);
+}
+
+/* ---- short-lived threads --------------------------------------------- */
+
+static void *short_lived(void *arg)
+{
+    void **keep = arg;
+    void *v[200];
+    for (int i = 0; i < 200; i++) {
+        v[i] = malloc(16 + (size_t)i * 40);
+        memset(v[i], 1, 16 + (size_t)i * 40);
+    }
+    for (int i = 1; i < 200; i++)
+        free(v[i]);
+    *keep = v[0];          /* one block outlives its thread */
+    return NULL;
+}
+
+Test(threads, a_thousand_short_lived_threads_do_not_grow_rss, .timeout = 120)
+{
+    static void *kept[1000];
+    long rss_early = 0;
+    for (int i = 0; i < 1000; i++) {
+        pthread_t t;
+        pthread_create(&t, NULL, short_lived, &kept[i]);
+        pthread_join(t, NULL);
+        if (i == 50)
+            rss_early = rss_kib();
+    }
+    for (int i = 0; i < 1000; i++) {
+        cr_assert_eq(((unsigned char *)kept[i])[15], 1);
+        free(kept[i]);    /* remote free into an exited thread's heap */
+    }
+    long rss_late = rss_kib();
+    cr_assert_lt(rss_late, rss_early + 16 * 1024, "RSS %ld -> %ld KiB", rss_early, rss_late);
+}
+
+static void *concurrent_short(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 2000; i++)
+        free(malloc((size_t)(i % 300) * 8 + 1));
+    return NULL;
+}
+
+Test(threads, many_threads_at_once, .timeout = 120)
+{
+    for (int round = 0; round < 20; round++) {
+        pthread_t t[32];
+        for (int i = 0; i < 32; i++)
+            cr_assert_eq(pthread_create(&t[i], NULL, concurrent_short, NULL), 0);
+        for (int i = 0; i < 32; i++)
+            pthread_join(t[i], NULL);
+    }
+}
+
+/* ---- fork while other threads allocate ------------------------------- */
+
+static atomic_int stop;
+
+static void *churn(void *arg)
+{
+    (void)arg;
+    void *v[64] = { 0 };
+    for (unsigned i = 0; !atomic_load(&stop); i++) {
+        unsigned k = i % 64;
+        free(v[k]);
+        v[k] = malloc((i * 37) % 5000 + 1);
+    }
+    for (int k = 0; k < 64; k++)
+        free(v[k]);
+    return NULL;
+}
+
+Test(threads, fork_from_threaded_process_100_times, .timeout = 120)
+{
+    pthread_t t[3];
+    atomic_store(&stop, 0);
+    for (int i = 0; i < 3; i++)
+        pthread_create(&t[i], NULL, churn, NULL);
+    for (int i = 0; i < 100; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            /* The child allocates, frees, and starts a thread of its own. */
+            void *v[100];
+            for (int k = 0; k < 100; k++)
+                v[k] = malloc((size_t)k * 100 + 1);
+            for (int k = 0; k < 100; k++)
+                free(v[k]);
+            pthread_t c;
+            pthread_create(&c, NULL, concurrent_short, NULL);
+            pthread_join(c, NULL);
+            _exit(0);
+        }
+        int st;
+        waitpid(pid, &st, 0);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d ended with %d", i, st);
+    }
+    atomic_store(&stop, 1);
+    for (int i = 0; i < 3; i++)
+        pthread_join(t[i], NULL);
+}
