@@ -7,6 +7,7 @@
 #   make install PREFIX=/usr/local
 
 CC      ?= cc
+CXX     ?= c++
 PREFIX  ?= /usr/local
 BUILD   := build
 
@@ -47,7 +48,9 @@ TEST_CFLAGS := $(CFLAGS_COMMON) -Iinclude -fno-builtin -Wno-use-after-free \
 test-deps:
 	@sh tests/deps.sh
 
-$(TEST_BIN): $(TEST_SRC) tests/helpers.h $(LIB_SO) $(BUILD)/tests/prog_plain $(BUILD)/tests/prog_static | test-deps
+TEST_PROGS := $(BUILD)/tests/prog_plain $(BUILD)/tests/prog_static $(BUILD)/tests/prog_cxx
+
+$(TEST_BIN): $(TEST_SRC) tests/helpers.h $(LIB_SO) $(TEST_PROGS) | test-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -o $@ $(TEST_SRC) -L$(BUILD) -ltally -Wl,-rpath,'$$ORIGIN/..' -lcriterion -ldl
 
@@ -60,6 +63,10 @@ $(BUILD)/tests/prog_plain: tests/progs/uses_malloc.c
 $(BUILD)/tests/prog_static: tests/progs/uses_malloc.c $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -Iinclude -DSTATIC_TALLY -o $@ $< $(LIB_A) -ldl
+
+$(BUILD)/tests/prog_cxx: tests/progs/uses_new.cc
+	@mkdir -p $(dir $@)
+	$(CXX) -O2 -g -Wall -Wextra -Iinclude -o $@ $< -ldl
 
 test: $(TEST_BIN)
 	cd $(BUILD)/tests && TALLY_LIB=$(abspath $(LIB_SO)) ./unit --jobs 2

@@ -17,6 +17,14 @@ Test(linking, ld_preload_replaces_malloc)
     cr_assert_str_eq(out, "tally 0.1.0 allocated=yes\n");
 }
 
+Test(linking, cxx_new_and_delete_go_through_tally)
+{
+    char out[512], cmd[1024];
+    snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s ./prog_cxx", tally_lib());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0);
+    cr_assert_str_eq(out, "tally new/delete yes\n");
+}
+
 Test(linking, static_library_replaces_malloc)
 {
     char out[512];
