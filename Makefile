@@ -24,8 +24,16 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIB_SO  := $(BUILD)/libtally.so
 LIB_A   := $(BUILD)/libtally.a
 
+LIB_TOOL := $(BUILD)/tally
+
 .PHONY: all test check-real install clean test-deps
-all: $(LIB_SO) $(LIB_A)
+all: $(LIB_SO) $(LIB_A) $(LIB_TOOL)
+
+# The command-line runner: `build/tally run --debug -- prog args`.
+$(LIB_TOOL): instrument/tally-run.sh
+	@mkdir -p $(dir $@)
+	cp $< $@
+	chmod +x $@
 
 $(BUILD)/obj/%.o: %.c $(wildcard alloc/*.h instrument/*.h include/*.h)
 	@mkdir -p $(dir $@)
@@ -48,9 +56,10 @@ TEST_CFLAGS := $(CFLAGS_COMMON) -Iinclude -fno-builtin -Wno-use-after-free \
 test-deps:
 	@sh tests/deps.sh
 
-TEST_PROGS := $(BUILD)/tests/prog_plain $(BUILD)/tests/prog_static $(BUILD)/tests/prog_cxx
+TEST_PROGS := $(BUILD)/tests/prog_plain $(BUILD)/tests/prog_static $(BUILD)/tests/prog_cxx \
+              $(BUILD)/tests/prog_overflow
 
-$(TEST_BIN): $(TEST_SRC) tests/helpers.h $(LIB_SO) $(TEST_PROGS) | test-deps
+$(TEST_BIN): $(TEST_SRC) tests/helpers.h $(LIB_SO) $(LIB_TOOL) $(TEST_PROGS) | test-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -o $@ $(TEST_SRC) -L$(BUILD) -ltally -Wl,-rpath,'$$ORIGIN/..' -lcriterion -ldl
 
@@ -64,6 +73,10 @@ $(BUILD)/tests/prog_static: tests/progs/uses_malloc.c $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -Iinclude -DSTATIC_TALLY -o $@ $< $(LIB_A) -ldl
 
+$(BUILD)/tests/prog_overflow: tests/progs/overflow.c
+	@mkdir -p $(dir $@)
+	$(CC) -O0 -g -o $@ $<
+
 $(BUILD)/tests/prog_cxx: tests/progs/uses_new.cc
 	@mkdir -p $(dir $@)
 	$(CXX) -O2 -g -Wall -Wextra -Iinclude -o $@ $< -ldl
@@ -76,7 +89,9 @@ check-real: $(LIB_SO)
 
 # ---- install -------------------------------------------------------------
 install: all
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
+	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 755 $(LIB_TOOL) $(DESTDIR)$(PREFIX)/bin/tally
 	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 include/tally.h $(DESTDIR)$(PREFIX)/include/

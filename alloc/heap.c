@@ -31,9 +31,18 @@ HIDDEN __thread uint16_t tls_tag TLS_IE = TAG_EMPTY;
 static __thread bool tls_exited TLS_IE;
 
 static pthread_mutex_t heap_lock = PTHREAD_MUTEX_INITIALIZER;   /* pool, table */
-static pthread_mutex_t orphan_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct heap *heap_pool;          /* abandoned heaps, ready for reuse */
-static struct heap *orphan;             /* serves threads past their exit */
+
+/* Heaps owned by whoever holds their lock: one for threads past their exit
+ * (or beyond MAX_HEAPS), one for debug-mode blocks. No thread's tls_tag
+ * ever equals theirs, so every free of their blocks takes the slow path. */
+static struct shared_heap {
+    pthread_mutex_t lock;
+    struct heap *heap;
+} shared[SHARED_COUNT] = {
+    { PTHREAD_MUTEX_INITIALIZER, NULL },
+    { PTHREAD_MUTEX_INITIALIZER, NULL },
+};
 static unsigned heap_count;
 static struct heap *chunk_next;
 static size_t chunk_left;
@@ -284,18 +293,25 @@ struct heap *heap_get(void)
     return heap_acquire();
 }
 
-/* Threads past their exit (or beyond MAX_HEAPS) share one locked heap. */
-void *heap_alloc_orphan(unsigned cls)
+void *heap_alloc_shared(enum shared_heap_id id, unsigned cls)
 {
-    pthread_mutex_lock(&orphan_lock);
-    if (!orphan) {
+    struct shared_heap *sh = &shared[id];
+    pthread_mutex_lock(&sh->lock);
+    if (!sh->heap) {
+        init_ensure();
         pthread_mutex_lock(&heap_lock);
-        orphan = heap_new(HEAP_ORPHAN);
+        __atomic_store_n(&sh->heap, heap_new(HEAP_SHARED), __ATOMIC_RELEASE);
         pthread_mutex_unlock(&heap_lock);
     }
-    void *p = orphan ? heap_alloc(orphan, cls) : NULL;
-    pthread_mutex_unlock(&orphan_lock);
+    void *p = sh->heap ? heap_alloc(sh->heap, cls) : NULL;
+    pthread_mutex_unlock(&sh->lock);
     return p;
+}
+
+uint16_t heap_shared_tag(enum shared_heap_id id)
+{
+    struct heap *h = __atomic_load_n(&shared[id].heap, __ATOMIC_ACQUIRE);
+    return h ? h->tag : TAG_NONE;
 }
 
 /* Gives back everything empty and parks h for the next new thread. */
@@ -353,22 +369,26 @@ bool heap_trim(void)
         heap_collect(p, now, 0);
     }
     pthread_mutex_unlock(&heap_lock);
-    pthread_mutex_lock(&orphan_lock);
-    if (orphan) {
-        heap_drain_remote(orphan);
-        heap_collect(orphan, now, 0);
+    for (int i = 0; i < SHARED_COUNT; i++) {
+        pthread_mutex_lock(&shared[i].lock);
+        if (shared[i].heap) {
+            heap_drain_remote(shared[i].heap);
+            heap_collect(shared[i].heap, now, 0);
+        }
+        pthread_mutex_unlock(&shared[i].lock);
     }
-    pthread_mutex_unlock(&orphan_lock);
     segment_cache_release();
     os_counters_read(&after);
-    return after.purged_bytes != before.purged_bytes || after.unmaps != before.unmaps;
+    return after.purged_bytes != before.purged_bytes ||
+           after.calls[OS_MUNMAP] != before.calls[OS_MUNMAP];
 }
 
 /* ---- fork --------------------------------------------------------------- */
 
 void heap_fork_prepare(void)
 {
-    pthread_mutex_lock(&orphan_lock);
+    for (int i = 0; i < SHARED_COUNT; i++)
+        pthread_mutex_lock(&shared[i].lock);
     pthread_mutex_lock(&heap_lock);
     segment_lock_all();
 }
@@ -377,7 +397,8 @@ void heap_fork_parent(void)
 {
     segment_unlock_all();
     pthread_mutex_unlock(&heap_lock);
-    pthread_mutex_unlock(&orphan_lock);
+    for (int i = SHARED_COUNT - 1; i >= 0; i--)
+        pthread_mutex_unlock(&shared[i].lock);
 }
 
 /* The child has one thread. Other threads' heaps may have been mid-update
@@ -387,7 +408,8 @@ void heap_fork_child(void)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     heap_lock = fresh;
-    orphan_lock = fresh;
+    for (int i = 0; i < SHARED_COUNT; i++)
+        shared[i].lock = fresh;
     segment_reset_locks();
     for (unsigned t = 1; t <= heap_count; t++) {
         struct heap *h = heap_table[t];

@@ -3,7 +3,7 @@
  * purging, and the life cycle of heaps across thread exit and fork.
  *
  * Ownership: a heap is touched by exactly one thread at a time (its owner,
- * or whoever holds the orphan lock for the orphan heap), except `remote`,
+ * or whoever holds a shared heap's lock), except `remote`,
  * the lock-free stack other threads push freed blocks onto. Heap structs are
  * never unmapped, so a remote freer can always push, even onto a heap whose
  * thread has exited (it is drained when a new thread adopts the heap).
@@ -16,7 +16,8 @@
 
 #include <stdatomic.h>
 
-enum heap_state { HEAP_ACTIVE = 1, HEAP_ABANDONED, HEAP_ZOMBIE, HEAP_ORPHAN };
+enum heap_state { HEAP_ACTIVE = 1, HEAP_ABANDONED, HEAP_ZOMBIE, HEAP_SHARED };
+enum shared_heap_id { SHARED_ORPHAN, SHARED_DEBUG, SHARED_COUNT };
 
 #define DIRECT_SLOTS (SMALL_MAX / 16 + 1)
 
@@ -46,7 +47,10 @@ extern HIDDEN __thread uint16_t tls_tag TLS_IE;
 HIDDEN struct heap *heap_get(void);
 HIDDEN void heap_set_current(struct heap *h, unsigned cls, struct page *pg);
 HIDDEN void *heap_alloc_slow(struct heap *h, unsigned cls);
-HIDDEN void *heap_alloc_orphan(unsigned cls);
+/* Allocates from a lock-protected shared heap (see heap.c). */
+HIDDEN void *heap_alloc_shared(enum shared_heap_id id, unsigned cls);
+/* The shared heap's segmap tag, or TAG_NONE before its first use. */
+HIDDEN uint16_t heap_shared_tag(enum shared_heap_id id);
 HIDDEN void heap_free_owned_slow(struct heap *h, struct page *pg, struct block *b);
 HIDDEN void heap_free_remote(struct heap *h, struct block *b);
 HIDDEN bool heap_trim(void);

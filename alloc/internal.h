@@ -46,7 +46,10 @@
 #define TAG_NONE  0
 #define TAG_LARGE 0xFFFE
 #define TAG_EMPTY 0xFFFF   /* the tag of a thread that has no heap yet */
-#define MAX_HEAPS 0xFFF0
+#define MAX_HEAPS 0x7FF0   /* below HOOKS_TAG_BIT */
+/* OR-ed into the segmap tag by free()'s fast path while an instrumentation
+ * mode is on: no heap tag has this bit, so every free misses. */
+#define HOOKS_TAG_BIT 0x8000
 
 static inline size_t align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
 

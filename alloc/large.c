@@ -16,6 +16,7 @@ struct large_header {
     size_t map_size;      /* bytes mapped, header included */
     size_t offset;        /* block start - mapping start */
     size_t base_align;    /* alignment the mapping start must keep */
+    unsigned flags;
 };
 
 static _Atomic uint64_t live_count, live_bytes;
@@ -30,9 +31,13 @@ static void large_untag(struct large_header *h)
     segmap_set_range(h, h->map_size, TAG_NONE, TAG_NONE);
 }
 
-void *large_alloc(size_t size, size_t align)
+void *large_alloc(size_t size, size_t align, size_t front, unsigned flags)
 {
-    size_t offset = align > LARGE_OFFSET ? align : LARGE_OFFSET;
+    if (align < MIN_ALIGN)
+        align = MIN_ALIGN;
+    if (front > PTRDIFF_MAX / 2)
+        return NULL;
+    size_t offset = align_up(LARGE_OFFSET + front, align);
     size_t base_align = align > SEGMENT_SIZE ? align : SEGMENT_SIZE;
     if (size > PTRDIFF_MAX - offset - OS_PAGE)
         return NULL;
@@ -40,7 +45,7 @@ void *large_alloc(size_t size, size_t align)
     struct large_header *h = os_map_aligned(map_size, base_align);
     if (!h)
         return NULL;
-    *h = (struct large_header){ LARGE_MAGIC, map_size, offset, base_align };
+    *h = (struct large_header){ LARGE_MAGIC, map_size, offset, base_align, flags };
     large_tag(h);
     atomic_fetch_add_explicit(&live_count, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&live_bytes, map_size, memory_order_relaxed);
@@ -59,6 +64,12 @@ static struct large_header *large_header_of(const void *p)
     if (h->magic != LARGE_MAGIC || (const char *)h + h->offset != p)
         return NULL;
     return h;
+}
+
+unsigned large_flags(const void *p)
+{
+    struct large_header *h = large_header_of(p);
+    return h ? h->flags : 0;
 }
 
 static struct large_header *large_checked(const void *p, const char *func)

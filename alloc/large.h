@@ -13,8 +13,13 @@
 
 #include "internal.h"
 
-/* NULL when the OS refuses; a fresh mapping reads as zero. */
-HIDDEN void *large_alloc(size_t size, size_t align);
+#define LARGE_DEBUG 0x1   /* carries a debug header in front of the block */
+
+/* NULL when the OS refuses; a fresh mapping reads as zero. `front` bytes
+ * before the returned block are reserved for the caller (debug header). */
+HIDDEN void *large_alloc(size_t size, size_t align, size_t front, unsigned flags);
+/* The flags of the live large block starting at p (0 if not one). */
+HIDDEN unsigned large_flags(const void *p);
 /* Aborts through diag_fail() on a pointer that is not a live large block. */
 HIDDEN void large_free(void *p, const char *func);
 /* Resizes in place or by moving pages; NULL (p intact) on failure. */

@@ -13,9 +13,23 @@
 #include <stdatomic.h>
 #include <time.h>
 
-static _Atomic uint64_t n_maps, n_unmaps, n_remaps, n_purges;
+static _Atomic uint64_t n_calls[OS_CALLS], ns_calls[OS_CALLS];
 static _Atomic uint64_t bytes_mapped, bytes_purged;
 static _Atomic long fail_countdown;
+HIDDEN bool os_time_calls;
+
+/* Brackets one kernel call: counts it, and times it in timing mode. */
+static uint64_t os_call_begin(void)
+{
+    return __atomic_load_n(&os_time_calls, __ATOMIC_RELAXED) ? os_now_ns() : 0;
+}
+
+static void os_call_end(enum os_call c, uint64_t t0)
+{
+    atomic_fetch_add_explicit(&n_calls[c], 1, memory_order_relaxed);
+    if (t0)
+        atomic_fetch_add_explicit(&ns_calls[c], os_now_ns() - t0, memory_order_relaxed);
+}
 
 /* Test hook: true when this call must pretend the kernel said no. */
 static bool os_should_fail(void)
@@ -30,8 +44,10 @@ void os_fail_after(long n) { atomic_store(&fail_countdown, n < 0 ? 0 : n); }
 
 static void *os_mmap_raw(void *hint, size_t size)
 {
+    uint64_t t0 = os_call_begin();
     void *p = mmap(hint, size, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    os_call_end(OS_MMAP, t0);
     return p == MAP_FAILED ? NULL : p;
 }
 
@@ -40,17 +56,16 @@ void *os_map(size_t size)
     if (os_should_fail())
         return NULL;
     void *p = os_mmap_raw(NULL, size);
-    if (p) {
-        atomic_fetch_add_explicit(&n_maps, 1, memory_order_relaxed);
+    if (p)
         atomic_fetch_add_explicit(&bytes_mapped, size, memory_order_relaxed);
-    }
     return p;
 }
 
 void os_unmap(void *p, size_t size)
 {
+    uint64_t t0 = os_call_begin();
     munmap(p, size);
-    atomic_fetch_add_explicit(&n_unmaps, 1, memory_order_relaxed);
+    os_call_end(OS_MUNMAP, t0);
     atomic_fetch_sub_explicit(&bytes_mapped, size, memory_order_relaxed);
 }
 
@@ -76,8 +91,9 @@ void *os_map_aligned(size_t size, size_t align)
 
 void os_purge(void *p, size_t size)
 {
+    uint64_t t0 = os_call_begin();
     madvise(p, size, MADV_DONTNEED);
-    atomic_fetch_add_explicit(&n_purges, 1, memory_order_relaxed);
+    os_call_end(OS_MADVISE, t0);
     atomic_fetch_add_explicit(&bytes_purged, size, memory_order_relaxed);
 }
 
@@ -87,9 +103,10 @@ void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align)
         return NULL;
     /* Shrinking always succeeds in place; growing in place keeps the
      * address and therefore the alignment. */
+    uint64_t t0 = os_call_begin();
     void *q = mremap(p, old_size, new_size, 0);
+    os_call_end(OS_MREMAP, t0);
     if (q != MAP_FAILED) {
-        atomic_fetch_add_explicit(&n_remaps, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&bytes_mapped, new_size - old_size,
                                   memory_order_relaxed);
         return q;
@@ -101,23 +118,24 @@ void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align)
     void *target = os_map_aligned(new_size, align);
     if (!target)
         return NULL;
+    t0 = os_call_begin();
     q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+    os_call_end(OS_MREMAP, t0);
     if (q == MAP_FAILED) {
         os_unmap(target, new_size);
         return NULL;
     }
     /* The old range is gone and the target's reservation was consumed. */
-    atomic_fetch_add_explicit(&n_remaps, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&bytes_mapped, old_size, memory_order_relaxed);
     return q;
 }
 
 void os_counters_read(struct os_counters *out)
 {
-    out->maps = atomic_load(&n_maps);
-    out->unmaps = atomic_load(&n_unmaps);
-    out->remaps = atomic_load(&n_remaps);
-    out->purges = atomic_load(&n_purges);
+    for (int c = 0; c < OS_CALLS; c++) {
+        out->calls[c] = atomic_load(&n_calls[c]);
+        out->ns[c] = atomic_load(&ns_calls[c]);
+    }
     out->mapped_bytes = atomic_load(&bytes_mapped);
     out->purged_bytes = atomic_load(&bytes_purged);
 }
@@ -127,4 +145,25 @@ uint64_t os_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+uint64_t os_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+size_t os_resident(void *p, size_t size)
+{
+    unsigned char vec[1024];
+    size_t pages = size / OS_PAGE, resident = 0;
+    for (size_t done = 0; done < pages; done += sizeof vec) {
+        size_t n = pages - done < sizeof vec ? pages - done : sizeof vec;
+        if (mincore((char *)p + done * OS_PAGE, n * OS_PAGE, vec) != 0)
+            return resident;
+        for (size_t i = 0; i < n; i++)
+            resident += vec[i] & 1;
+    }
+    return resident * OS_PAGE;
 }

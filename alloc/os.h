@@ -20,11 +20,17 @@
 
 #include "internal.h"
 
+enum os_call { OS_MMAP, OS_MUNMAP, OS_MREMAP, OS_MADVISE, OS_CALLS };
+
 struct os_counters {
-    uint64_t maps, unmaps, remaps, purges;
+    uint64_t calls[OS_CALLS];
+    uint64_t ns[OS_CALLS];      /* time inside each call, while timed */
     uint64_t mapped_bytes;      /* currently mapped by tally */
     uint64_t purged_bytes;      /* total handed back with os_purge */
 };
+
+/* When set (timing mode), every call's duration is added to ns[]. */
+extern HIDDEN bool os_time_calls;
 
 HIDDEN void *os_map(size_t size);
 HIDDEN void *os_map_aligned(size_t size, size_t align);
@@ -36,5 +42,8 @@ HIDDEN void  os_counters_read(struct os_counters *out);
 
 /* Milliseconds on a cheap monotonic clock (vDSO, coarse): purge timing. */
 HIDDEN uint64_t os_now_ms(void);
+HIDDEN uint64_t os_now_ns(void);
+/* Bytes of [p, p + size) resident in RAM (mincore), for statistics. */
+HIDDEN size_t os_resident(void *p, size_t size);
 
 #endif

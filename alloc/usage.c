@@ -9,9 +9,14 @@
 
 #include <string.h>
 
+struct usage_walk { struct usage *u; bool with_resident; };
+
 static void usage_add_segment(struct segment *s, void *arg)
 {
-    struct usage *u = arg;
+    struct usage_walk *w = arg;
+    struct usage *u = w->u;
+    if (w->with_resident)
+        u->resident_bytes += os_resident(s, SEGMENT_SIZE);
     u->segments++;
     u->segment_bytes += SEGMENT_SIZE;
     for (uint32_t i = 0; i < s->page_count; i++) {
@@ -22,20 +27,17 @@ static void usage_add_segment(struct segment *s, void *arg)
         u->allocated_bytes += (uint64_t)used * pg->block_size;
         u->free_blocks += pg->reserved - used;
         u->page_bytes += page_area_size(s, pg);
+        u->class_blocks[pg->cls] += used;
+        u->class_pages[pg->cls]++;
     }
 }
 
-void usage_read(struct usage *u)
+void usage_read(struct usage *u, bool with_resident)
 {
-    struct os_counters os;
     memset(u, 0, sizeof *u);
-    segment_foreach(usage_add_segment, u);
+    struct usage_walk w = { u, with_resident };
+    segment_foreach(usage_add_segment, &w);
     large_counters(&u->large_count, &u->large_bytes);
-    os_counters_read(&os);
-    u->mapped_bytes = os.mapped_bytes;
-    u->purged_bytes = os.purged_bytes;
-    u->maps = os.maps;
-    u->unmaps = os.unmaps;
-    u->remaps = os.remaps;
-    u->purges = os.purges;
+    u->resident_bytes += u->large_bytes;
+    os_counters_read(&u->os);
 }

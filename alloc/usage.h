@@ -8,6 +8,8 @@
 #define TALLY_USAGE_H
 
 #include "internal.h"
+#include "sizeclass.h"
+#include "os.h"
 
 struct usage {
     uint64_t segments;          /* live small/medium segments */
@@ -16,11 +18,13 @@ struct usage {
     uint64_t free_blocks;       /* carved blocks waiting on free lists */
     uint64_t page_bytes;        /* bytes of pages assigned to a class */
     uint64_t large_count, large_bytes;
-    uint64_t mapped_bytes;      /* everything tally has mapped */
-    uint64_t purged_bytes;      /* handed back with madvise, in total */
-    uint64_t maps, unmaps, remaps, purges;
+    uint64_t resident_bytes;    /* of segments (mincore) plus large blocks */
+    uint64_t class_blocks[NUM_CLASSES];  /* blocks in use per class */
+    uint64_t class_pages[NUM_CLASSES];   /* pages assigned per class */
+    struct os_counters os;
 };
 
-HIDDEN void usage_read(struct usage *u);
+/* with_resident: also ask the kernel which segment pages are resident. */
+HIDDEN void usage_read(struct usage *u, bool with_resident);
 
 #endif

@@ -7,6 +7,7 @@
  * in an environment variable must never take a production process down.
  */
 #include "options.h"
+#include "hooks.h"
 #include "../alloc/diag.h"
 
 #include <stdatomic.h>
@@ -14,18 +15,40 @@
 
 extern char **environ;
 
+#define NUM(name, def, min, max, mode, doc) { name, def, min, max, false, mode, doc }
+
 HIDDEN const struct option_def options_table[OPT_COUNT] = {
-    [OPT_MMAP_THRESHOLD] = { "mmap_threshold", 512 * 1024, 0, (uint64_t)1 << 40,
-                             "bytes; larger requests get their own mapping "
-                             "(effective range 8 KiB .. 512 KiB)" },
-    [OPT_PURGE_DELAY] = { "purge_delay", 10, 0, 3600 * 1000,
-                          "ms an empty page is kept before its memory goes back to the OS" },
+    [OPT_MMAP_THRESHOLD] = NUM("mmap_threshold", 512 * 1024, 0, (uint64_t)1 << 40, false,
+                               "bytes; larger requests get their own mapping "
+                               "(effective range 8 KiB .. 512 KiB)"),
+    [OPT_PURGE_DELAY] = NUM("purge_delay", 10, 0, 3600 * 1000, false,
+                            "ms an empty page is kept before its memory goes back to the OS"),
+    [OPT_DEBUG] = NUM("debug", 0, 0, 1, true,
+                      "canaries, junk/poison, quarantine, double/invalid free reports"),
+    [OPT_TIMING] = NUM("timing", 0, 0, 1, true,
+                       "per-call latency histograms, page faults, syscall time"),
+    [OPT_STATS] = NUM("stats", 0, 0, 1, true, "print the statistics at exit"),
+    [OPT_LEAKS] = NUM("leaks", 1, 0, 1, false,
+                      "with debug=1, report live debug blocks at exit"),
+    [OPT_QUARANTINE] = NUM("quarantine", 4 << 20, 0, (uint64_t)1 << 40, false,
+                           "bytes of freed debug blocks held back before reuse"),
+    [OPT_BACKTRACE] = NUM("backtrace", 0, 0, 16, false,
+                          "frames recorded per debug block (0: the caller only)"),
+    [OPT_ABORT] = NUM("abort", 1, 0, 1, false,
+                      "abort on a detected error (0: report and continue)"),
+    [OPT_REPORT] = { "report", 0, 0, 0, true, false,
+                     "where reports go: stderr, or a file path (appended)" },
 };
 
 HIDDEN uint64_t options_value[OPT_COUNT] = {
     [OPT_MMAP_THRESHOLD] = 512 * 1024,
     [OPT_PURGE_DELAY] = 10,
+    [OPT_LEAKS] = 1,
+    [OPT_QUARANTINE] = 4 << 20,
+    [OPT_ABORT] = 1,
 };
+
+HIDDEN char options_report[OPTION_STRING_MAX] = "stderr";
 
 static _Atomic int env_loaded;
 
@@ -75,11 +98,22 @@ int options_set(const char *name, size_t name_len, const char *value, size_t val
     int id = options_find(name, name_len);
     if (id < 0)
         return -1;
+    if (options_table[id].is_string) {
+        if (value_len == 0 || value_len >= OPTION_STRING_MAX)
+            return -2;
+        /* Readers take the string at report time; a torn read of a path
+         * being replaced is harmless next to locking inside malloc. */
+        memcpy(options_report, value, value_len);
+        options_report[value_len] = '\0';
+        return 0;
+    }
     uint64_t v;
     if (!options_parse_number(value, value_len, &v) || v < options_table[id].min ||
         v > options_table[id].max)
         return -2;
     __atomic_store_n(&options_value[id], v, __ATOMIC_RELAXED);
+    if (options_table[id].switches_mode)
+        hooks_update();
     return 0;
 }
 

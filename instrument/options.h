@@ -13,17 +13,36 @@
 enum option_id {
     OPT_MMAP_THRESHOLD,
     OPT_PURGE_DELAY,
+    OPT_DEBUG,
+    OPT_TIMING,
+    OPT_STATS,
+    OPT_LEAKS,
+    OPT_QUARANTINE,
+    OPT_BACKTRACE,
+    OPT_ABORT,
+    OPT_REPORT,
     OPT_COUNT
 };
 
 struct option_def {
     const char *name;
     uint64_t def, min, max;
+    bool is_string;       /* value kept as text (only `report`) */
+    bool switches_mode;   /* changing it re-evaluates the hooks */
     const char *doc;
 };
 
+#define OPTION_STRING_MAX 256
+
 extern HIDDEN const struct option_def options_table[OPT_COUNT];
 extern HIDDEN uint64_t options_value[OPT_COUNT];
+/* The `report` destination: "stderr" or a file path. */
+extern HIDDEN char options_report[OPTION_STRING_MAX];
+
+static inline uint64_t option(enum option_id id)
+{
+    return __atomic_load_n(&options_value[id], __ATOMIC_RELAXED);
+}
 
 /* Reads TALLY_OPTIONS once environ exists; later calls do nothing. */
 HIDDEN void options_load_env(void);

@@ -1,0 +1,172 @@
+/*
+ * raw.c - size dispatch (class, aligned class, or large mapping), pointer
+ * validation, realloc policy: the allocator below the public entry points.
+ */
+#include "raw.h"
+#include "heap.h"
+#include "large.h"
+#include "init.h"
+#include "diag.h"
+
+#include <string.h>
+
+static void *alloc_in_class(unsigned cls)
+{
+    struct heap *h = heap_get();
+    return h ? heap_alloc(h, cls) : heap_alloc_shared(SHARED_ORPHAN, cls);
+}
+
+/* The smallest class whose blocks are all aligned to `align`: its size is
+ * a multiple of align, and its pages start on a boundary at least as
+ * aligned (small pages on 8 KiB, medium pages on 64 KiB). -1 if none. */
+static int aligned_class(size_t size, size_t align)
+{
+    size_t need = size < align ? align : size;
+    size_t limit = init_mmap_threshold();
+    if (need > limit || align > MEDIUM_HEADER)
+        return -1;
+    for (unsigned cls = sizeclass_of(need); cls < NUM_CLASSES; cls++) {
+        size_t bs = sizeclass_block_size[cls];
+        if (bs > limit)
+            break;
+        if (bs % align == 0 && (cls >= NUM_SMALL_CLASSES || align <= SMALL_HEADER))
+            return (int)cls;
+    }
+    return -1;
+}
+
+void *raw_alloc(size_t size, size_t align)
+{
+    if (align <= MIN_ALIGN) {
+        if (size > init_mmap_threshold())
+            return large_alloc(size, MIN_ALIGN, 0, 0);
+        return alloc_in_class(sizeclass_of(size));
+    }
+    if (size > PTRDIFF_MAX - align)
+        return NULL;
+    int cls = aligned_class(size, align);
+    return cls >= 0 ? alloc_in_class((unsigned)cls) : large_alloc(size, align, 0, 0);
+}
+
+void *raw_calloc(size_t size)
+{
+    void *p = raw_alloc(size, MIN_ALIGN);
+    /* A large block is a fresh mapping, already zero. */
+    if (p && size <= init_mmap_threshold())
+        memset(p, 0, size);
+    return p;
+}
+
+/* The page of a small or medium block, after checking that p is the start
+ * of a block in a page that is in use. */
+static struct page *checked_page(const void *p, const char *func)
+{
+    struct page *pg = segment_page_of(segment_of(p), p);
+    uintptr_t off = (uintptr_t)p - (uintptr_t)pg->start;
+    if (!pg->in_use || (uintptr_t)p < (uintptr_t)pg->start || off % pg->block_size != 0 ||
+        off / pg->block_size >= pg->reserved)
+        diag_fail(func, "invalid pointer (not the start of a block)", p);
+    return pg;
+}
+
+static uint16_t checked_tag(const void *p, const char *func)
+{
+    uint16_t tag = segmap_tag(p);
+    if (tag == TAG_NONE)
+        diag_fail(func, "invalid pointer (not allocated by tally, or already freed)", p);
+    return tag;
+}
+
+void raw_free(void *p, const char *func)
+{
+    uint16_t tag = checked_tag(p, func);
+    if (tag >= TAG_LARGE_TAIL) {
+        large_free(p, func);
+        return;
+    }
+    struct page *pg = checked_page(p, func);
+    if (tag == tls_tag)
+        heap_free_owned_slow(tls_heap, pg, p);
+    else
+        heap_free_remote(heap_table[tag], p);
+}
+
+size_t raw_usable_size(void *p, const char *func)
+{
+    uint16_t tag = checked_tag(p, func);
+    if (tag >= TAG_LARGE_TAIL)
+        return large_usable_size(p, func);
+    return checked_page(p, func)->block_size;
+}
+
+static void *realloc_move(void *p, size_t old_usable, size_t size, const char *func)
+{
+    void *q = raw_alloc(size, MIN_ALIGN);
+    if (!q)
+        return NULL;
+    memcpy(q, p, old_usable < size ? old_usable : size);
+    raw_free(p, func);
+    return q;
+}
+
+void *raw_realloc(void *p, size_t size, const char *func)
+{
+    size_t usable = raw_usable_size(p, func);
+    if (segmap_tag(p) >= TAG_LARGE_TAIL) {
+        if (size <= init_mmap_threshold())
+            return realloc_move(p, usable, size, func);
+        return large_realloc(p, size);
+    }
+    /* Stay put unless the block is too small or more than half wasted. */
+    if (size <= usable && (size > usable / 2 || usable <= 64))
+        return p;
+    return realloc_move(p, usable, size, func);
+}
+
+/* ---- debug blocks ---------------------------------------------------- */
+
+void *raw_alloc_debug(size_t size, size_t align, size_t front)
+{
+    if (align < MIN_ALIGN)
+        align = MIN_ALIGN;
+    front = align_up(front, align);
+    if (size > PTRDIFF_MAX - front - align)
+        return NULL;
+    int cls = aligned_class(front + size, align);
+    if (cls < 0)
+        return large_alloc(size, align, front, LARGE_DEBUG);
+    uint8_t *b = heap_alloc_shared(SHARED_DEBUG, (unsigned)cls);
+    return b ? b + front : NULL;
+}
+
+void *raw_debug_block_of(const void *p)
+{
+    uint16_t tag = segmap_tag(p);
+    if (tag == TAG_NONE || tag != heap_shared_tag(SHARED_DEBUG))
+        return NULL;
+    struct page *pg = segment_page_of(segment_of(p), p);
+    if (!pg->in_use || (uintptr_t)p < (uintptr_t)pg->start)
+        return NULL;
+    size_t i = ((uintptr_t)p - (uintptr_t)pg->start) / pg->block_size;
+    return i < pg->reserved ? pg->start + i * pg->block_size : NULL;
+}
+
+bool raw_is_debug(const void *p)
+{
+    uint16_t tag = segmap_tag(p);
+    if (tag >= TAG_LARGE_TAIL)
+        return large_flags(p) & LARGE_DEBUG;
+    return tag != TAG_NONE && tag == heap_shared_tag(SHARED_DEBUG);
+}
+
+void raw_free_debug(void *p)
+{
+    if (segmap_tag(p) >= TAG_LARGE_TAIL) {
+        large_free(p, "free");
+        return;
+    }
+    void *b = raw_debug_block_of(p);
+    if (!b)
+        diag_fail("free", "invalid pointer (not a debug block)", p);
+    raw_free(b, "free");
+}

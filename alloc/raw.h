@@ -1,0 +1,33 @@
+/*
+ * raw.h - the allocator proper, without hooks or errno: what the exported
+ * entry points call on their slow paths, and what the instrumentation layer
+ * calls underneath its own bookkeeping.
+ *
+ * Every function returns NULL on failure and aborts (through diag_fail) on
+ * a pointer that tally did not hand out; `func` names the public function
+ * in that report.
+ */
+#ifndef TALLY_RAW_H
+#define TALLY_RAW_H
+
+#include "internal.h"
+
+/* Precondition for all: size <= PTRDIFF_MAX; align is a power of two. */
+HIDDEN void *raw_alloc(size_t size, size_t align);
+HIDDEN void *raw_calloc(size_t size);
+HIDDEN void raw_free(void *p, const char *func);
+HIDDEN void *raw_realloc(void *p, size_t size, const char *func);
+HIDDEN size_t raw_usable_size(void *p, const char *func);
+
+/* Debug blocks: `size` bytes at the returned pointer, with `front` bytes
+ * before it (front is a multiple of 16) that belong to the caller. They
+ * come from the debug heap or a flagged large mapping, so raw_is_debug()
+ * recognises them whatever mode is on when they are freed. */
+HIDDEN void *raw_alloc_debug(size_t size, size_t align, size_t front);
+HIDDEN bool raw_is_debug(const void *p);
+/* Frees a debug block by the pointer raw_alloc_debug() returned. */
+HIDDEN void raw_free_debug(void *p);
+/* Start of the debug-heap block containing p, or NULL if p is not in one. */
+HIDDEN void *raw_debug_block_of(const void *p);
+
+#endif

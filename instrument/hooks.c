@@ -1,0 +1,151 @@
+/*
+ * hooks.c - the dispatch alloc/ calls while any mode is on: timing around
+ * the call, debug or plain allocation inside it, user callbacks after it.
+ *
+ * Re-entry: a user callback, backtrace() or dladdr() may call malloc. A
+ * thread-local flag sends such nested calls straight to the plain
+ * allocator, so they are neither instrumented nor reported to the user's
+ * hooks, and never recurse.
+ */
+#include "hooks.h"
+#include "debug.h"
+#include "timing.h"
+#include "options.h"
+#include "report.h"
+#include "../alloc/raw.h"
+#include "../alloc/os.h"
+#include "../alloc/sizeclass.h"
+#include "../include/tally.h"
+
+#include <errno.h>
+#include <string.h>
+
+HIDDEN size_t malloc_fast_limit = SMALL_MAX + 1;
+HIDDEN uint16_t hooks_tag_mask;
+
+static __thread bool tls_in_hook TLS_IE;
+static const struct tally_hooks *_Atomic user_hooks;
+
+void hooks_update(void)
+{
+    bool debug = option(OPT_DEBUG), timing = option(OPT_TIMING);
+    bool user = __atomic_load_n(&user_hooks, __ATOMIC_ACQUIRE) != NULL;
+    if (debug)
+        debug_enable();
+    if (timing)
+        timing_enable();
+    else
+        __atomic_store_n(&os_time_calls, false, __ATOMIC_RELAXED);
+    if (debug || timing || option(OPT_STATS))
+        report_prepare();
+    bool on = debug || timing || user;
+    __atomic_store_n(&malloc_fast_limit, on ? 0 : (size_t)SMALL_MAX + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&hooks_tag_mask, on ? HOOKS_TAG_BIT : 0, __ATOMIC_RELAXED);
+}
+
+static void *plain_alloc(size_t size, size_t align, enum hook_op op)
+{
+    return op == HOOK_CALLOC ? raw_calloc(size) : raw_alloc(size, align);
+}
+
+void *hooks_alloc(size_t size, size_t align, enum hook_op op, const void *site)
+{
+    if (tls_in_hook)
+        return plain_alloc(size, align, op);
+    tls_in_hook = true;
+    bool timing = option(OPT_TIMING);
+    struct timing_mark m;
+    if (timing)
+        timing_begin(&m);
+    void *p = option(OPT_DEBUG) ? debug_alloc(size, align, op == HOOK_CALLOC, site)
+                                : plain_alloc(size, align, op);
+    if (timing)
+        timing_end(&m, op, size);
+    const struct tally_hooks *u = __atomic_load_n(&user_hooks, __ATOMIC_ACQUIRE);
+    if (u && u->on_alloc && p)
+        u->on_alloc(p, size, u->ctx);
+    tls_in_hook = false;
+    return p;
+}
+
+static void free_any(void *p, const void *site)
+{
+    if (raw_is_debug(p))
+        debug_free(p, site);
+    else
+        raw_free(p, "free");
+}
+
+void hooks_free(void *p, const void *site)
+{
+    if (tls_in_hook) {
+        free_any(p, site);
+        return;
+    }
+    tls_in_hook = true;
+    const struct tally_hooks *u = __atomic_load_n(&user_hooks, __ATOMIC_ACQUIRE);
+    if (u && u->on_free)
+        u->on_free(p, u->ctx);
+    if (option(OPT_TIMING)) {
+        size_t size = raw_is_debug(p) ? debug_usable_size(p) : raw_usable_size(p, "free");
+        struct timing_mark m;
+        timing_begin(&m);
+        free_any(p, site);
+        timing_end(&m, HOOK_FREE, size);
+    } else {
+        free_any(p, site);
+    }
+    tls_in_hook = false;
+}
+
+static void *realloc_any(void *p, size_t size, const void *site)
+{
+    if (option(OPT_DEBUG) || raw_is_debug(p))
+        return debug_realloc(p, size, site);
+    return raw_realloc(p, size, "realloc");
+}
+
+void *hooks_realloc(void *p, size_t size, const void *site)
+{
+    if (tls_in_hook)
+        return realloc_any(p, size, site);
+    tls_in_hook = true;
+    void *q;
+    if (option(OPT_TIMING)) {
+        struct timing_mark m;
+        timing_begin(&m);
+        q = realloc_any(p, size, site);
+        timing_end(&m, HOOK_REALLOC, size);
+    } else {
+        q = realloc_any(p, size, site);
+    }
+    const struct tally_hooks *u = __atomic_load_n(&user_hooks, __ATOMIC_ACQUIRE);
+    if (u && u->on_realloc && q)
+        u->on_realloc(p, q, size, u->ctx);
+    tls_in_hook = false;
+    return q;
+}
+
+size_t hooks_usable_size(void *p) { return debug_usable_size(p); }
+
+/* Each call publishes a fresh copy, never freed: a thread may still be
+ * inside the previous callbacks, and setting hooks is rare. */
+__attribute__((visibility("default"))) int tally_hooks_set(const struct tally_hooks *hooks)
+{
+    if (hooks && hooks->size < offsetof(struct tally_hooks, ctx) + sizeof(void *)) {
+        errno = EINVAL;
+        return -1;
+    }
+    struct tally_hooks *copy = NULL;
+    if (hooks) {
+        copy = os_map(OS_PAGE);
+        if (!copy) {
+            errno = ENOMEM;
+            return -1;
+        }
+        memcpy(copy, hooks, hooks->size < sizeof *copy ? hooks->size : sizeof *copy);
+    }
+    __atomic_store_n(&user_hooks, copy, __ATOMIC_RELEASE);
+    hooks_update();
+    return 0;
+}

@@ -1,0 +1,133 @@
+/*
+ * stats.c - tally_stats_get() and tally_stats_print(): a snapshot derived
+ * from segment, page and mapping state (alloc/usage), as a human table or
+ * JSON, written with write(2) from stack buffers.
+ */
+#include "report.h"
+#include "options.h"
+#include "../alloc/usage.h"
+#include "../include/tally.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+static void stats_fill(struct tally_stats *s, const struct usage *u)
+{
+    s->version = TALLY_STATS_VERSION;
+    s->allocated_bytes = u->allocated_bytes + u->large_bytes;
+    s->active_bytes = u->page_bytes + u->large_bytes;
+    s->mapped_bytes = u->os.mapped_bytes;
+    s->resident_bytes = u->resident_bytes;
+    s->large_count = u->large_count;
+    s->large_bytes = u->large_bytes;
+    s->segments = u->segments;
+    s->purged_bytes = u->os.purged_bytes;
+    s->mmap_calls = u->os.calls[OS_MMAP];
+    s->munmap_calls = u->os.calls[OS_MUNMAP];
+    s->mremap_calls = u->os.calls[OS_MREMAP];
+    s->madvise_calls = u->os.calls[OS_MADVISE];
+}
+
+EXPORT int tally_stats_get(struct tally_stats *out)
+{
+    if (!out || out->size < offsetof(struct tally_stats, allocated_bytes)) {
+        errno = EINVAL;
+        return -1;
+    }
+    struct usage u;
+    usage_read(&u, out->size >= offsetof(struct tally_stats, resident_bytes) + 8);
+    struct tally_stats s = { .size = out->size };
+    stats_fill(&s, &u);
+    memcpy(out, &s, out->size < sizeof s ? out->size : sizeof s);
+    return 0;
+}
+
+struct stat_field { const char *name; uint64_t value; };
+
+static void print_text(struct diag_buf *b, int fd, const struct stat_field *f, size_t n,
+                       const struct usage *u)
+{
+    diag_str(b, "tally: statistics\n");
+    for (size_t i = 0; i < n; i++) {
+        diag_str(b, "  ");
+        diag_str(b, f[i].name);
+        for (size_t pad = strlen(f[i].name); pad < 18; pad++)
+            diag_str(b, " ");
+        diag_dec(b, f[i].value);
+        diag_str(b, "\n");
+    }
+    diag_str(b, "  class       blocks in use    pages\n");
+    for (unsigned c = 0; c < NUM_CLASSES; c++) {
+        if (!u->class_pages[c])
+            continue;
+        diag_str(b, "  ");
+        diag_dec(b, sizeclass_block_size[c]);
+        diag_str(b, "\t    ");
+        diag_dec(b, u->class_blocks[c]);
+        diag_str(b, "\t    ");
+        diag_dec(b, u->class_pages[c]);
+        diag_str(b, "\n");
+        report_maybe_flush(b, fd);
+    }
+}
+
+static void print_json(struct diag_buf *b, int fd, const struct stat_field *f, size_t n,
+                       const struct usage *u)
+{
+    diag_str(b, "{");
+    for (size_t i = 0; i < n; i++) {
+        diag_str(b, i ? ", \"" : "\"");
+        diag_str(b, f[i].name);
+        diag_str(b, "\": ");
+        diag_dec(b, f[i].value);
+    }
+    diag_str(b, ", \"classes\": [");
+    bool first = true;
+    for (unsigned c = 0; c < NUM_CLASSES; c++) {
+        if (!u->class_pages[c])
+            continue;
+        diag_str(b, first ? "{\"size\": " : ", {\"size\": ");
+        first = false;
+        diag_dec(b, sizeclass_block_size[c]);
+        diag_str(b, ", \"blocks\": ");
+        diag_dec(b, u->class_blocks[c]);
+        diag_str(b, ", \"pages\": ");
+        diag_dec(b, u->class_pages[c]);
+        diag_str(b, "}");
+        report_maybe_flush(b, fd);
+    }
+    diag_str(b, "]}\n");
+}
+
+EXPORT int tally_stats_print(int fd, int format)
+{
+    if (format != TALLY_STATS_TEXT && format != TALLY_STATS_JSON) {
+        errno = EINVAL;
+        return -1;
+    }
+    struct usage u;
+    usage_read(&u, true);
+    struct tally_stats s = { .size = sizeof s };
+    stats_fill(&s, &u);
+    const struct stat_field fields[] = {
+        { "allocated_bytes", s.allocated_bytes }, { "active_bytes", s.active_bytes },
+        { "resident_bytes", s.resident_bytes },   { "mapped_bytes", s.mapped_bytes },
+        { "large_count", s.large_count },         { "large_bytes", s.large_bytes },
+        { "segments", s.segments },               { "purged_bytes", s.purged_bytes },
+        { "mmap_calls", s.mmap_calls },           { "munmap_calls", s.munmap_calls },
+        { "mremap_calls", s.mremap_calls },       { "madvise_calls", s.madvise_calls },
+    };
+    size_t n = sizeof fields / sizeof fields[0];
+    int out = fd >= 0 ? fd : report_open();
+    struct diag_buf b = { .len = 0 };
+    if (format == TALLY_STATS_JSON)
+        print_json(&b, out, fields, n, &u);
+    else
+        print_text(&b, out, fields, n, &u);
+    diag_flush(&b, out);
+    if (fd < 0)
+        report_close(out);
+    return 0;
+}

@@ -1,0 +1,53 @@
+/*
+ * test_abi.c - the exported symbols are exactly the committed list
+ * (tests/abi/symbols.txt): adding one is a deliberate act, removing one
+ * breaks callers. Plus the instrumentation reports and the runner.
+ */
+#include "helpers.h"
+#include <criterion/criterion.h>
+#include "tally.h"
+
+Test(abi, exported_symbols_match_the_committed_list)
+{
+    char cmd[1024], out[8192], expected[8192];
+    snprintf(cmd, sizeof cmd, "nm -D --defined-only %s | awk '{print $3}' | sort", tally_lib());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0);
+    cr_assert_eq(run_cmd("cat ../../tests/abi/symbols.txt", expected, sizeof expected), 0);
+    cr_assert_str_eq(out, expected, "exported symbols changed; update tests/abi/symbols.txt "
+                     "deliberately if this is intended");
+}
+
+Test(abi, stats_print_text_and_json)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    void *keep = malloc(5000);
+    cr_assert_eq(tally_stats_print(fds[1], TALLY_STATS_JSON), 0);
+    cr_assert_eq(tally_stats_print(fds[1], TALLY_STATS_TEXT), 0);
+    cr_assert_eq(tally_stats_print(fds[1], 7), -1);
+    close(fds[1]);
+    char buf[16384];
+    ssize_t n = read(fds[0], buf, sizeof buf - 1);
+    cr_assert_gt(n, 0);
+    buf[n] = '\0';
+    cr_assert_eq(buf[0], '{', "%s", buf);
+    cr_assert(strstr(buf, "\"allocated_bytes\": "), "%s", buf);
+    cr_assert(strstr(buf, "{\"size\": 5120, \"blocks\": "), "%s", buf);
+    cr_assert(strstr(buf, "]}\ntally: statistics\n"), "%s", buf);
+    cr_assert(strstr(buf, "  resident_bytes    "), "%s", buf);
+    free(keep);
+}
+
+Test(abi, runner_preloads_and_reports)
+{
+    char out[8192];
+    cr_assert_eq(run_cmd("../tally run -- ./prog_plain 2>&1", out, sizeof out), 0);
+    cr_assert(strstr(out, "tally 0.1.0 allocated=yes"), "%s", out);
+    cr_assert(strstr(out, "tally: statistics"), "%s", out);
+    cr_assert_eq(run_cmd("../tally run --debug -- ./prog_overflow 2>&1", out, sizeof out),
+                 128 + SIGABRT);
+    cr_assert(strstr(out, "heap buffer overflow"), "%s", out);
+    cr_assert_eq(run_cmd("../tally run --timing --report=timing.txt -- ./prog_plain && "
+                         "cat timing.txt && rm timing.txt", out, sizeof out), 0);
+    cr_assert(strstr(out, "tally: timing report"), "%s", out);
+}

@@ -1,0 +1,237 @@
+/*
+ * test_debug.c - every detection of debug mode, each in a child: the
+ * report text and the abort (or, with abort=0, the continued run).
+ */
+#include "helpers.h"
+#include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <malloc.h>
+#include <stdint.h>
+#include "tally.h"
+
+static void debug_on(void) { cr_assert_eq(tally_option_set("debug", "1"), 0); }
+
+static struct child_result expect_report(void (*fn)(void *), const char *text)
+{
+    struct child_result r = run_in_child(fn, NULL);
+    cr_assert_eq(child_signal(&r), SIGABRT, "child should abort; stderr: %s", r.err);
+    cr_assert(strstr(r.err, text) != NULL, "stderr lacks '%s': %s", text, r.err);
+    return r;
+}
+
+static void overflow(void *arg)
+{
+    (void)arg;
+    debug_on();
+    char *volatile p = malloc(100);
+    p[100] = 1;
+    free(p);
+}
+
+static void underflow(void *arg)
+{
+    (void)arg;
+    debug_on();
+    char *volatile p = malloc(100);
+    p[-1] = 1;
+    free(p);
+}
+
+static void double_free(void *arg)
+{
+    (void)arg;
+    debug_on();
+    void *volatile p = malloc(40);
+    void *volatile q = malloc(40);
+    free(p);
+    free(q);             /* p is no longer the head of any free list */
+    free(p);
+}
+
+static void interior_free(void *arg)
+{
+    (void)arg;
+    debug_on();
+    char *volatile p = malloc(100);
+    free(p + 16);
+}
+
+static void use_after_free_write(void *arg)
+{
+    (void)arg;
+    debug_on();
+    tally_option_set("quarantine", "0");
+    tally_option_set("quarantine", "1m");
+    char *volatile p = malloc(200);
+    free(p);
+    p[50] = 7;                              /* write into freed memory */
+    tally_option_set("quarantine", "0");   /* the next free evicts p */
+    free(malloc(10));
+}
+
+static void realloc_after_free(void *arg)
+{
+    (void)arg;
+    debug_on();
+    void *volatile p = malloc(30);
+    free(p);
+    p = realloc(p, 60);
+}
+
+Test(debug, overflow_is_reported_with_address_size_and_site)
+{
+    struct child_result r = expect_report(overflow, "free(): heap buffer overflow");
+    cr_assert(strstr(r.err, "offset +100"), "%s", r.err);
+    cr_assert(strstr(r.err, "size 100"), "%s", r.err);
+    cr_assert(strstr(r.err, "allocated at "), "%s", r.err);
+    cr_assert(strstr(r.err, "detected at "), "%s", r.err);
+}
+
+Test(debug, underflow_is_reported) { expect_report(underflow, "heap buffer underflow"); }
+
+Test(debug, double_free_names_both_frees)
+{
+    struct child_result r = expect_report(double_free, "free(): double free");
+    cr_assert(strstr(r.err, "freed at "), "%s", r.err);
+}
+
+Test(debug, interior_pointer_is_an_invalid_free)
+{
+    expect_report(interior_free, "free(): invalid pointer");
+}
+
+Test(debug, write_after_free_is_caught_on_reuse)
+{
+    struct child_result r = expect_report(use_after_free_write, "use after free");
+    cr_assert(strstr(r.err, "offset 50"), "%s", r.err);
+}
+
+Test(debug, realloc_of_freed_block) { expect_report(realloc_after_free, "realloc(): use after free"); }
+
+static void overflow_no_abort(void *arg)
+{
+    (void)arg;
+    debug_on();
+    tally_option_set("abort", "0");
+    char *volatile p = malloc(10);
+    p[12] = 1;
+    free(p);
+    fprintf(stderr, "still running\n");
+}
+
+Test(debug, abort_0_reports_and_continues)
+{
+    struct child_result r = run_in_child(overflow_no_abort, NULL);
+    cr_assert(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0, "%s", r.err);
+    cr_assert(strstr(r.err, "heap buffer overflow"), "%s", r.err);
+    cr_assert(strstr(r.err, "still running"), "%s", r.err);
+}
+
+Test(debug, new_memory_is_junk_and_calloc_is_zero)
+{
+    debug_on();
+    unsigned char *p = malloc(64), *z = calloc(8, 8);
+    for (int i = 0; i < 64; i++) {
+        cr_assert_eq(p[i], 0xA5);
+        cr_assert_eq(z[i], 0);
+    }
+    cr_assert_eq(malloc_usable_size(p), 64, "debug blocks are exactly as big as asked");
+    free(p);
+    free(z);
+}
+
+Test(debug, tally_check_finds_a_trampled_fence)
+{
+    debug_on();
+    tally_option_set("abort", "0");
+    cr_assert_eq(tally_check(), 0);
+    char *volatile p = malloc(32);
+    cr_assert_eq(tally_check(), 0);
+    p[33] = 'x';
+    cr_redirect_stderr();
+    cr_assert_eq(tally_check(), 1);
+    p[33] = (char)0xFD;
+    cr_assert_eq(tally_check(), 0);
+    free(p);
+}
+
+Test(debug, switching_on_and_off_mid_run_is_safe)
+{
+    void *plain[100], *debugged[100];
+    for (int i = 0; i < 100; i++)
+        plain[i] = malloc((size_t)i * 13 + 1);
+    debug_on();
+    for (int i = 0; i < 100; i++)
+        debugged[i] = malloc((size_t)i * 17 + 1);
+    for (int i = 0; i < 50; i++) {
+        free(plain[i]);                       /* no metadata: freed plainly */
+        plain[i] = realloc(plain[i + 50], 5000);  /* plain -> debug block */
+    }
+    cr_assert_eq(tally_option_set("debug", "0"), 0);
+    for (int i = 0; i < 100; i++)
+        debugged[i] = realloc(debugged[i], (size_t)i * 3 + 1);  /* still checked */
+    for (int i = 0; i < 100; i++)
+        free(debugged[i]);
+    for (int i = 0; i < 50; i++)
+        free(plain[i]);
+    void *after = malloc(10);
+    free(after);
+}
+
+Test(debug, large_and_aligned_debug_blocks)
+{
+    debug_on();
+    void *big = malloc(3 << 20);
+    cr_assert_not_null(big);
+    memset(big, 1, 3 << 20);
+    void *al = NULL;
+    cr_assert_eq(posix_memalign(&al, 4096, 1000), 0);
+    cr_assert_eq((uintptr_t)al % 4096, 0);
+    memset(al, 2, 1000);
+    big = realloc(big, 5 << 20);
+    cr_assert_eq(((unsigned char *)big)[(3 << 20) - 1], 1);
+    free(big);
+    free(al);
+    cr_assert_eq(tally_check(), 0);
+}
+
+static __attribute__((noinline)) void *leak_here(size_t n)
+{
+    void *volatile p = malloc(n);
+    return p;
+}
+
+static void leaky(void *arg)
+{
+    (void)arg;
+    debug_on();
+    for (int i = 0; i < 3; i++)
+        (void)leak_here(1000);
+    void *volatile other = malloc(77);
+    (void)other;
+    size_t n = tally_report_leaks();
+    fprintf(stderr, "leaked=%zu\n", n);
+    _exit(0);
+}
+
+Test(debug, leak_report_groups_by_site_largest_first)
+{
+    struct child_result r = run_in_child(leaky, NULL);
+    cr_assert(strstr(r.err, "leaked=4"), "%s", r.err);
+    char *a = strstr(r.err, "3000 bytes in 3 blocks allocated at ");
+    char *b = strstr(r.err, "77 bytes in 1 blocks allocated at ");
+    cr_assert(a && b && a < b, "%s", r.err);
+}
+
+Test(debug, same_binary_detects_overflow_only_with_debug_on)
+{
+    char out[4096], cmd[1024];
+    snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s ./prog_overflow 2>&1", tally_lib());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0);
+    cr_assert_str_eq(out, "no error seen\n");
+    snprintf(cmd, sizeof cmd, "TALLY_OPTIONS=debug=1 LD_PRELOAD=%s ./prog_overflow 2>&1",
+             tally_lib());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 128 + SIGABRT, "%s", out);
+    cr_assert(strstr(out, "free(): heap buffer overflow"), "%s", out);
+    cr_assert(strstr(out, "prog_overflow+0x"), "site names the program: %s", out);
+}
