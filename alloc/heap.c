@@ -67,7 +67,7 @@ void heap_set_current(struct heap *h, unsigned cls, struct page *pg)
 /* Returns a block to its page; a full page goes back on its queue. */
 static void heap_free_block(struct heap *h, struct page *pg, struct block *b)
 {
-    b->next = pg->free;
+    block_set_next(b, pg->free);
     pg->free = b;
     pg->used--;
     if (pg->flags & PAGE_FULL) {
@@ -132,7 +132,7 @@ static void heap_drain_remote(struct heap *h)
         return;
     struct block *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
     while (b) {
-        struct block *next = b->next;
+        struct block *next = block_next(b);
         heap_free_block(h, segment_page_of(segment_of(b), b), b);
         b = next;
     }
@@ -233,7 +233,7 @@ void heap_free_remote(struct heap *h, struct block *b)
 {
     struct block *head = atomic_load_explicit(&h->remote, memory_order_relaxed);
     do {
-        b->next = head;
+        block_set_next(b, head);
     } while (!atomic_compare_exchange_weak_explicit(&h->remote, &head, b,
                                                     memory_order_release,
                                                     memory_order_relaxed));

@@ -65,7 +65,7 @@ static inline void *heap_alloc(struct heap *h, unsigned cls)
     struct page *pg = h->current[cls];
     struct block *b = pg->free;
     if (likely(b != NULL)) {
-        pg->free = b->next;
+        pg->free = block_next(b);
         pg->used++;
         return b;
     }

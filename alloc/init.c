@@ -11,6 +11,7 @@
 #include "init.h"
 #include "heap.h"
 #include "sizeclass.h"
+#include "segment.h"
 #include "../instrument/options.h"
 
 #include <pthread.h>
@@ -34,6 +35,7 @@ void init_ensure(void)
         return;
     }
     tls_initializing = true;
+    segment_init_secret();
     options_load_env();
     heap_process_init();
     pthread_atfork(heap_fork_prepare, heap_fork_parent, heap_fork_child);

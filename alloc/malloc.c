@@ -56,7 +56,7 @@ EXPORT void *malloc(size_t size)
         struct page *pg = h->direct[(size + 15) >> 4];
         struct block *b = pg->free;
         if (likely(b != NULL)) {
-            pg->free = b->next;
+            pg->free = block_next(b);
             pg->used++;
             return b;
         }
@@ -81,7 +81,7 @@ EXPORT void free(void *p)
         struct page *pg = segment_slice_of(s, p);
         struct block *b = p;
         if (likely(pg->flags == 0 && b != pg->free)) {
-            b->next = pg->free;
+            block_set_next(b, pg->free);
             pg->free = b;
             pg->used--;
             return;

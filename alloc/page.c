@@ -37,7 +37,7 @@ struct block *page_extend(struct page *pg)
     struct block *head = NULL;
     for (uint32_t i = n - 1; i >= 1; i--) {
         struct block *b = (struct block *)(first + i * bs);
-        b->next = head;
+        block_set_next(b, head);
         head = b;
     }
     pg->free = head;

@@ -28,7 +28,7 @@ static inline struct block *page_pop(struct page *pg)
 {
     struct block *b = pg->free;
     if (likely(b != NULL)) {
-        pg->free = b->next;
+        pg->free = block_next(b);
         pg->used++;
         return b;
     }

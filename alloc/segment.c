@@ -14,10 +14,23 @@
 
 #include <pthread.h>
 #include <string.h>
+#include <sys/auxv.h>
 
 #define SEGMENT_CACHE_MAX 8
 
 HIDDEN uint16_t segmap[(size_t)1 << SEGMAP_BITS];
+HIDDEN uintptr_t block_secret;
+
+/* Called first thing at start-up, before any free list exists. The kernel
+ * hands every process 16 random bytes (AT_RANDOM); no syscall, no malloc. */
+void segment_init_secret(void)
+{
+    const unsigned char *r = (const unsigned char *)getauxval(AT_RANDOM);
+    uintptr_t s = (uintptr_t)&s * 0x9e3779b97f4a7c15ULL;
+    for (int i = 0; r && i < 16; i++)
+        s = (s ^ r[i]) * 0x100000001b3ULL;
+    block_secret = s | 1;     /* never 0: NULL must not encode to NULL */
+}
 
 static pthread_mutex_t segment_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct segment *all_segments;         /* live, under segment_lock */

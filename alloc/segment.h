@@ -31,7 +31,23 @@ enum segment_kind { SEG_SMALL = 1, SEG_MEDIUM = 2 };
 #define PAGE_REDIRECT 0x2   /* slices 1..63 of a medium segment: the real
                                descriptor is pages[0] */
 
-struct block { struct block *next; };
+/* A free block's first word links it to the next free block, XOR-ed with a
+ * per-process secret: a linear overflow from the block before it, or a
+ * use-after-free write, cannot plant a chosen pointer for malloc to return
+ * (it would need the secret). It costs one XOR on each fast path. */
+struct block { uintptr_t link; };
+
+extern HIDDEN uintptr_t block_secret;
+
+static inline struct block *block_next(const struct block *b)
+{
+    return (struct block *)(b->link ^ block_secret);
+}
+
+static inline void block_set_next(struct block *b, const struct block *next)
+{
+    b->link = (uintptr_t)next ^ block_secret;
+}
 
 struct page {
     struct block *free;        /* fast-path free list */
@@ -97,6 +113,7 @@ static inline size_t page_area_size(const struct segment *s, const struct page *
     return pg->index == 0 ? PAGE_SIZE - SMALL_HEADER : PAGE_SIZE;
 }
 
+HIDDEN void segment_init_secret(void);
 HIDDEN struct segment *segment_alloc(struct heap *h, uint16_t tag, enum segment_kind kind);
 HIDDEN void segment_free(struct segment *s);
 HIDDEN struct page *segment_take_page(struct segment *s);
