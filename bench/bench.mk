@@ -1,0 +1,49 @@
+# bench/bench.mk - the benchmark suite's make rules, included by the top
+# Makefile (`include bench/bench.mk`).
+#
+# Targets:
+#   bench-build         build the workload programs into build/bench/
+#   bench               set-up (bench/setup.sh), then the default suite
+#   bench-full          longer inputs and more repetitions
+#   bench-instructions  callgrind: instructions per malloc+free pair
+#
+# The workload programs link with the system malloc; allocators are
+# swapped at run time with LD_PRELOAD, so the same binaries measure all of
+# them. Extra runner flags go in BENCH_ARGS, e.g.
+#   make bench BENCH_ARGS="--only tally,system --workloads asterisk"
+
+# Keep the including Makefile's default goal: our rules must not become it.
+bench_saved_goal := $(.DEFAULT_GOAL)
+
+CC ?= cc
+LIB_SO ?= build/libtally.so
+PYTHON ?= python3
+BENCH_CFLAGS = -O2 -g -Wall -Wextra -pthread
+BENCH_DIR := build/bench
+BENCH_HDRS := bench/bench_util.h
+BENCH_PROGS := $(patsubst bench/%.c,$(BENCH_DIR)/%,$(wildcard bench/w_*.c bench/instr_*.c) bench/measure.c)
+BENCH_ARGS ?=
+
+.PHONY: bench bench-full bench-instructions bench-build bench-setup
+
+bench-build: $(BENCH_PROGS)
+
+$(BENCH_DIR)/%: bench/%.c $(BENCH_HDRS) | $(BENCH_DIR)
+	$(CC) $(BENCH_CFLAGS) -o $@ $<
+
+$(BENCH_DIR):
+	mkdir -p $@
+
+bench-setup:
+	sh bench/setup.sh
+
+bench: $(LIB_SO) bench-build bench-setup
+	$(PYTHON) bench/run.py $(BENCH_ARGS)
+
+bench-full: $(LIB_SO) bench-build bench-setup
+	$(PYTHON) bench/run.py --full $(BENCH_ARGS)
+
+bench-instructions: $(LIB_SO) bench-build bench-setup
+	$(PYTHON) bench/instructions.py $(BENCH_ARGS)
+
+.DEFAULT_GOAL := $(bench_saved_goal)

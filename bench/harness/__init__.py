@@ -1,0 +1,1 @@
+"""tally benchmark harness: the modules behind bench/run.py (see its docstring)."""
