@@ -314,11 +314,13 @@ uint16_t heap_shared_tag(enum shared_heap_id id)
     return h ? h->tag : TAG_NONE;
 }
 
-/* Gives back everything empty and parks h for the next new thread. */
+/* Parks h for the next new thread. Its empty pages are retired, not purged:
+ * threads that come and go in quick succession hand the same warm pages to
+ * each other, and the pool sweep purges them once purge_delay has passed. */
 static void heap_abandon(struct heap *h)
 {
     heap_drain_remote(h);
-    heap_collect(h, os_now_ms(), 0);
+    heap_collect(h, os_now_ms(), init_purge_delay_ms());
     pthread_mutex_lock(&heap_lock);
     h->state = HEAP_ABANDONED;
     h->pool_next = heap_pool;
@@ -333,7 +335,7 @@ static void heap_tidy_abandoned(uint64_t now)
         return;
     for (struct heap *p = heap_pool; p; p = p->pool_next) {
         heap_drain_remote(p);
-        heap_collect(p, now, 0);
+        heap_collect(p, now, init_purge_delay_ms());
     }
     pthread_mutex_unlock(&heap_lock);
 }
