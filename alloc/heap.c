@@ -9,12 +9,14 @@
  * empty: retired (kept, reusable by any class of its kind) -> purged and
  * released to its segment once it stayed retired for purge_delay ms.
  * Emptiness is noticed by a periodic sweep, not by free(), so a
- * malloc/free ping-pong never leaves the fast path.
+ * malloc/free ping-pong never leaves the fast path. The sweep also expires
+ * the large-block cache, the one periodic duty outside the heaps.
  */
 #include "heap.h"
 #include "os.h"
 #include "diag.h"
 #include "init.h"
+#include "large_cache.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -152,6 +154,7 @@ static void heap_maybe_collect(struct heap *h)
     heap_collect(h, now, delay);
     h->next_collect_ms = now + (delay / 2 ? delay / 2 : 1);
     heap_tidy_abandoned(now);
+    large_cache_expire(false);
 }
 
 /* A page for cls: a retired one (same class first), a free page of one of
@@ -380,6 +383,7 @@ bool heap_trim(void)
         pthread_mutex_unlock(&shared[i].lock);
     }
     segment_cache_release();
+    large_cache_expire(true);
     os_counters_read(&after);
     return after.purged_bytes != before.purged_bytes ||
            after.calls[OS_MUNMAP] != before.calls[OS_MUNMAP];

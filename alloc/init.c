@@ -12,6 +12,7 @@
 #include "heap.h"
 #include "sizeclass.h"
 #include "segment.h"
+#include "large_cache.h"
 #include "../instrument/options.h"
 
 #include <pthread.h>
@@ -21,6 +22,26 @@
 enum { INIT_NONE, INIT_RUNNING, INIT_DONE };
 static _Atomic int init_state;
 static __thread bool tls_initializing TLS_IE;
+
+/* Every allocator lock is taken around fork(), in one order:
+ * the large cache, then the heaps' (shared heaps, pool, segments). */
+static void init_fork_prepare(void)
+{
+    large_cache_fork_prepare();
+    heap_fork_prepare();
+}
+
+static void init_fork_parent(void)
+{
+    heap_fork_parent();
+    large_cache_fork_parent();
+}
+
+static void init_fork_child(void)
+{
+    heap_fork_child();
+    large_cache_fork_child();
+}
 
 void init_ensure(void)
 {
@@ -38,7 +59,7 @@ void init_ensure(void)
     segment_init_secret();
     options_load_env();
     heap_process_init();
-    pthread_atfork(heap_fork_prepare, heap_fork_parent, heap_fork_child);
+    pthread_atfork(init_fork_prepare, init_fork_parent, init_fork_child);
     atomic_store_explicit(&init_state, INIT_DONE, memory_order_release);
     tls_initializing = false;
 }
@@ -52,6 +73,8 @@ __attribute__((constructor(101))) static void init_at_load(void)
 }
 
 uint64_t init_purge_delay_ms(void) { return options_value[OPT_PURGE_DELAY]; }
+
+size_t init_large_cache_bytes(void) { return (size_t)option(OPT_LARGE_CACHE); }
 
 size_t init_mmap_threshold(void)
 {

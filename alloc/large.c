@@ -5,6 +5,9 @@
 #include "segment.h"
 #include "os.h"
 #include "diag.h"
+#include "large_cache.h"
+
+#include <string.h>
 
 #include <stdatomic.h>
 
@@ -31,6 +34,41 @@ static void large_untag(struct large_header *h)
     segmap_set_range(h, h->map_size, TAG_NONE, TAG_NONE);
 }
 
+/* A warm mapping of at least *map_size bytes from the cache, or NULL.
+ * - up to twice the size: used whole; its pages are resident, and trimming
+ *   it would only make the next bigger request fault them in again;
+ * - bigger: split; the tail's pages move (mremap, no copy, no fault) to a
+ *   mapping of their own, which goes back into the cache;
+ * - smaller: grown with mremap; only the new tail is faulted in.
+ * *map_size is updated to the size of the mapping returned. */
+static struct large_header *large_take_cached(size_t *map_size)
+{
+    large_cache_expire(false);
+    size_t got, want = *map_size;
+    char *base = large_cache_take(want, &got);
+    if (!base)
+        return NULL;
+    /* The tail must start on a segment boundary to be a block of its own. */
+    size_t head = align_up(want, SEGMENT_SIZE);
+    if (got >= want && (got / 2 <= want || head >= got)) {
+        *map_size = got;
+        return (struct large_header *)base;
+    }
+    if (got > want) {
+        void *tail = os_move_aligned(base + head, got - head, SEGMENT_SIZE);
+        if (!tail)
+            os_unmap(base + head, got - head);
+        else if (!large_cache_put(tail, got - head))
+            os_unmap(tail, got - head);
+        *map_size = head;
+        return (struct large_header *)base;
+    }
+    void *grown = os_remap_aligned(base, got, want, SEGMENT_SIZE);
+    if (!grown)
+        os_unmap(base, got);
+    return grown;
+}
+
 void *large_alloc(size_t size, size_t align, size_t front, unsigned flags)
 {
     if (align < MIN_ALIGN)
@@ -42,10 +80,18 @@ void *large_alloc(size_t size, size_t align, size_t front, unsigned flags)
     if (size > PTRDIFF_MAX - offset - OS_PAGE)
         return NULL;
     size_t map_size = align_up(offset + size, OS_PAGE);
-    struct large_header *h = os_map_aligned(map_size, base_align);
+    bool warm = base_align == SEGMENT_SIZE;
+    struct large_header *h = warm ? large_take_cached(&map_size) : NULL;
+    if (!h) {
+        warm = false;
+        h = os_map_aligned(map_size, base_align);
+    }
     if (!h)
         return NULL;
-    *h = (struct large_header){ LARGE_MAGIC, map_size, offset, base_align, flags };
+    *h = (struct large_header){ LARGE_MAGIC, map_size, offset, base_align,
+                                flags & ~LARGE_ZERO };
+    if (warm && (flags & LARGE_ZERO))
+        memset((char *)h + offset, 0, size);
     large_tag(h);
     atomic_fetch_add_explicit(&live_count, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&live_bytes, map_size, memory_order_relaxed);
@@ -88,7 +134,8 @@ void large_free(void *p, const char *func)
     h->magic = 0;
     atomic_fetch_sub_explicit(&live_count, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&live_bytes, map_size, memory_order_relaxed);
-    os_unmap(h, map_size);
+    if (h->base_align != SEGMENT_SIZE || !large_cache_put(h, map_size))
+        os_unmap(h, map_size);
 }
 
 void *large_realloc(void *p, size_t size)

@@ -97,6 +97,25 @@ void os_purge(void *p, size_t size)
     atomic_fetch_add_explicit(&bytes_purged, size, memory_order_relaxed);
 }
 
+/* Reserves an aligned target, then lets the kernel move the page tables
+ * onto it; MREMAP_FIXED replaces the reservation atomically. */
+static void *os_move_resized(void *p, size_t old_size, size_t new_size, size_t align)
+{
+    void *target = os_map_aligned(new_size, align);
+    if (!target)
+        return NULL;
+    uint64_t t0 = os_call_begin();
+    void *q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+    os_call_end(OS_MREMAP, t0);
+    if (q == MAP_FAILED) {
+        os_unmap(target, new_size);
+        return NULL;
+    }
+    /* The old range is gone and the target's reservation was consumed. */
+    atomic_fetch_sub_explicit(&bytes_mapped, old_size, memory_order_relaxed);
+    return q;
+}
+
 void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align)
 {
     if (new_size > old_size && os_should_fail())
@@ -113,21 +132,12 @@ void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align)
     }
     if (new_size <= old_size)
         return NULL;
-    /* Move: reserve an aligned target, then let the kernel move the page
-     * tables onto it. MREMAP_FIXED replaces the reservation atomically. */
-    void *target = os_map_aligned(new_size, align);
-    if (!target)
-        return NULL;
-    t0 = os_call_begin();
-    q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
-    os_call_end(OS_MREMAP, t0);
-    if (q == MAP_FAILED) {
-        os_unmap(target, new_size);
-        return NULL;
-    }
-    /* The old range is gone and the target's reservation was consumed. */
-    atomic_fetch_sub_explicit(&bytes_mapped, old_size, memory_order_relaxed);
-    return q;
+    return os_move_resized(p, old_size, new_size, align);
+}
+
+void *os_move_aligned(void *p, size_t size, size_t align)
+{
+    return os_move_resized(p, size, size, align);
 }
 
 void os_counters_read(struct os_counters *out)

@@ -11,6 +11,8 @@
  *   - os_remap_aligned() resizes a mapping that starts at an `align`-aligned
  *     address, keeping that alignment, moving pages (never copying bytes)
  *     when it cannot grow in place. On failure the old mapping is untouched.
+ *   - os_move_aligned() moves a mapping's pages (page tables, not bytes) to
+ *     a fresh `align`-aligned address and returns it; NULL leaves it be.
  *   - os_fail_after(n) makes the n-th next map/remap call fail (tests only;
  *     n = 0 switches injection off).
  * Counters are updated on every call for the stats layer.
@@ -37,6 +39,7 @@ HIDDEN void *os_map_aligned(size_t size, size_t align);
 HIDDEN void  os_unmap(void *p, size_t size);
 HIDDEN void  os_purge(void *p, size_t size);
 HIDDEN void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align);
+HIDDEN void *os_move_aligned(void *p, size_t size, size_t align);
 HIDDEN void  os_fail_after(long n);
 HIDDEN void  os_counters_read(struct os_counters *out);
 

@@ -50,9 +50,11 @@ void *raw_alloc(size_t size, size_t align)
 
 void *raw_calloc(size_t size)
 {
-    void *p = raw_alloc(size, MIN_ALIGN);
-    /* A large block is a fresh mapping, already zero. */
-    if (p && size <= init_mmap_threshold())
+    /* A fresh large mapping is already zero; large_alloc clears a warm one. */
+    if (size > init_mmap_threshold())
+        return large_alloc(size, MIN_ALIGN, 0, LARGE_ZERO);
+    void *p = alloc_in_class(sizeclass_of(size));
+    if (p)
         memset(p, 0, size);
     return p;
 }

@@ -23,6 +23,8 @@ HIDDEN const struct option_def options_table[OPT_COUNT] = {
                                "(effective range 8 KiB .. 512 KiB)"),
     [OPT_PURGE_DELAY] = NUM("purge_delay", 10, 0, 3600 * 1000, false,
                             "ms an empty page is kept before its memory goes back to the OS"),
+    [OPT_LARGE_CACHE] = NUM("large_cache", 128 << 20, 0, (uint64_t)1 << 40, false,
+                            "bytes of freed large blocks kept mapped for reuse (up to 1 s)"),
     [OPT_DEBUG] = NUM("debug", 0, 0, 1, true,
                       "canaries, junk/poison, quarantine, double/invalid free reports"),
     [OPT_TIMING] = NUM("timing", 0, 0, 1, true,
@@ -43,6 +45,7 @@ HIDDEN const struct option_def options_table[OPT_COUNT] = {
 HIDDEN uint64_t options_value[OPT_COUNT] = {
     [OPT_MMAP_THRESHOLD] = 512 * 1024,
     [OPT_PURGE_DELAY] = 10,
+    [OPT_LARGE_CACHE] = 128 << 20,
     [OPT_LEAKS] = 1,
     [OPT_QUARANTINE] = 4 << 20,
     [OPT_ABORT] = 1,

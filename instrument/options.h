@@ -13,6 +13,7 @@
 enum option_id {
     OPT_MMAP_THRESHOLD,
     OPT_PURGE_DELAY,
+    OPT_LARGE_CACHE,
     OPT_DEBUG,
     OPT_TIMING,
     OPT_STATS,

@@ -60,7 +60,7 @@ Test(large, shrinking_gives_pages_back)
     free(p);
 }
 
-Test(large, free_unmaps_at_once)
+Test(large, free_of_a_block_too_big_to_cache_unmaps_at_once)
 {
     size_t n = 96u << 20;
     unsigned char *p = malloc(n);
@@ -81,4 +81,62 @@ Test(large, calloc_of_large_is_zero_and_usable_size_is_mapped_size)
         cr_assert_eq(p[i], 0);
     memset(p, 2, u);
     free(p);
+}
+
+Test(large, a_freed_large_block_is_reused_warm)
+{
+    size_t n = 8u << 20;
+    char *p = malloc(n);
+    memset(p, 1, n);
+    free(p);
+    long faults = minor_faults();
+    p = malloc(n);
+    memset(p, 2, n);
+    long taken = minor_faults() - faults;
+    cr_assert_lt(taken, 64, "reusing a cached block took %ld faults", taken);
+    free(p);
+}
+
+Test(large, calloc_of_a_reused_large_block_is_zero)
+{
+    for (size_t n = 1u << 20; n <= (24u << 20); n = n * 3 / 2) {
+        unsigned char *p = malloc(n);
+        memset(p, 0xee, n);
+        free(p);
+        unsigned char *z = calloc(1, n);
+        for (size_t i = 0; i < n; i += 512)
+            cr_assert_eq(z[i], 0, "calloc(%zu) byte %zu", n, i);
+        cr_assert_eq(z[n - 1], 0);
+        free(z);
+    }
+}
+
+Test(large, split_and_grown_cache_entries_keep_blocks_intact)
+{
+    /* Big then small then big again: exercises splitting a cached mapping
+     * and growing a smaller one. */
+    static const size_t sizes[] = { 30u << 20, 1u << 20, 9u << 20, 2u << 20, 28u << 20, 600u << 10 };
+    unsigned char *v[6];
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < 6; i++) {
+            v[i] = malloc(sizes[i]);
+            memset(v[i], i + round, sizes[i]);
+        }
+        for (int i = 0; i < 6; i++) {
+            cr_assert_eq(v[i][0], i + round);
+            cr_assert_eq(v[i][sizes[i] - 1], i + round);
+            free(v[i]);
+        }
+    }
+}
+
+Test(large, malloc_trim_releases_the_cache)
+{
+    size_t n = 20u << 20;
+    char *p = malloc(n);
+    memset(p, 1, n);
+    free(p);
+    long cached = rss_kib();
+    cr_assert_eq(malloc_trim(0), 1);
+    cr_assert_lt(rss_kib(), cached - 15 * 1024, "the cached block's pages were returned");
 }

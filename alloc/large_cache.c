@@ -1,0 +1,99 @@
+/*
+ * large_cache.c - the warm cache of freed large mappings (see the header).
+ *
+ * One small array under one lock: large allocations are rare next to small
+ * ones and already cost a system call, so a lock here is noise.
+ */
+#include "large_cache.h"
+#include "os.h"
+#include "init.h"
+
+#include <pthread.h>
+
+struct cache_entry { void *base; size_t size; uint64_t freed_at; };
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cache_entry slots[LARGE_CACHE_SLOTS];   /* oldest first */
+static unsigned count;
+static size_t bytes;
+
+static struct cache_entry cache_remove(unsigned i)
+{
+    struct cache_entry e = slots[i];
+    for (unsigned k = i + 1; k < count; k++)
+        slots[k - 1] = slots[k];
+    count--;
+    bytes -= e.size;
+    return e;
+}
+
+bool large_cache_put(void *base, size_t size)
+{
+    size_t limit = init_large_cache_bytes();
+    if (size > limit / 2)
+        return false;
+    struct cache_entry evicted[LARGE_CACHE_SLOTS];
+    unsigned n_evicted = 0;
+    pthread_mutex_lock(&cache_lock);
+    while (count && (count == LARGE_CACHE_SLOTS || bytes + size > limit))
+        evicted[n_evicted++] = cache_remove(0);
+    slots[count++] = (struct cache_entry){ base, size, os_now_ms() };
+    bytes += size;
+    pthread_mutex_unlock(&cache_lock);
+    for (unsigned i = 0; i < n_evicted; i++)
+        os_unmap(evicted[i].base, evicted[i].size);
+    return true;
+}
+
+void *large_cache_take(size_t size, size_t *got)
+{
+    pthread_mutex_lock(&cache_lock);
+    int best = -1;
+    for (unsigned i = 0; i < count; i++) {
+        bool fits = slots[i].size >= size;
+        if (best < 0) {
+            best = (int)i;
+            continue;
+        }
+        bool best_fits = slots[best].size >= size;
+        /* A fitting entry beats a short one; among equals, the closer. */
+        if (fits != best_fits ? fits
+                              : (fits ? slots[i].size < slots[best].size
+                                      : slots[i].size > slots[best].size))
+            best = (int)i;
+    }
+    void *base = NULL;
+    if (best >= 0) {
+        struct cache_entry e = cache_remove((unsigned)best);
+        base = e.base;
+        *got = e.size;
+    }
+    pthread_mutex_unlock(&cache_lock);
+    return base;
+}
+
+void large_cache_expire(bool all)
+{
+    if (!__atomic_load_n(&count, __ATOMIC_RELAXED))
+        return;
+    uint64_t now = os_now_ms();
+    struct cache_entry expired[LARGE_CACHE_SLOTS];
+    unsigned n = 0;
+    if (all)
+        pthread_mutex_lock(&cache_lock);
+    else if (pthread_mutex_trylock(&cache_lock) != 0)
+        return;
+    while (count && (all || now - slots[0].freed_at >= LARGE_CACHE_EXPIRE_MS))
+        expired[n++] = cache_remove(0);
+    pthread_mutex_unlock(&cache_lock);
+    for (unsigned i = 0; i < n; i++)
+        os_unmap(expired[i].base, expired[i].size);
+}
+
+void large_cache_fork_prepare(void) { pthread_mutex_lock(&cache_lock); }
+void large_cache_fork_parent(void) { pthread_mutex_unlock(&cache_lock); }
+void large_cache_fork_child(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    cache_lock = fresh;
+}

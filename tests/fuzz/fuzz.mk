@@ -1,0 +1,70 @@
+# tests/fuzz/fuzz.mk - coverage-guided fuzzing of tally with libFuzzer.
+# Included by the top Makefile (needs its BUILD, LIB_SRC and LIB_CFLAGS).
+#
+#   make fuzz-build                 build/fuzz/fuzz_alloc
+#   make fuzz [FUZZ_SECONDS=60]     run it on a copy of tests/fuzz/corpus;
+#                                   fails when the fuzzer finds a crash
+#
+# tally is compiled straight into the fuzzer with the library's own flags,
+# so it serves libFuzzer's allocations too, and with coverage
+# instrumentation (-fsanitize=fuzzer-no-link) so tally's own branches guide
+# the search. No AddressSanitizer: it replaces malloc. UBSan traps.
+# Needs clang and its libFuzzer runtime (Debian: clang, libclang-rt-14-dev);
+# installs them when run as root, else prints the command and fails.
+
+FUZZ_CC       ?= clang
+FUZZ_SECONDS  ?= 60
+FUZZ_DIR      := $(BUILD)/fuzz
+FUZZ_BIN      := $(FUZZ_DIR)/fuzz_alloc
+FUZZ_CORPUS   := $(FUZZ_DIR)/corpus
+FUZZ_ARTIFACTS := $(FUZZ_DIR)/artifacts/
+FUZZ_UBSAN    := -fsanitize=undefined -fno-sanitize-recover=undefined
+FUZZ_LIB_OBJ  := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
+FUZZ_HEADERS  := $(wildcard alloc/*.h instrument/*.h include/*.h)
+FUZZ_FLAGS    ?= -rss_limit_mb=2048 -timeout=10 -print_final_stats=1
+
+.PHONY: fuzz fuzz-build fuzz-deps
+
+fuzz-build: $(FUZZ_BIN)
+
+# Checks that $(FUZZ_CC) can link a libFuzzer target.
+fuzz-deps:
+	@if printf 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }\n' | \
+	    $(FUZZ_CC) -fsanitize=fuzzer -x c - -o /dev/null >/dev/null 2>&1; then \
+	    exit 0; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	    echo "fuzz: installing clang and libclang-rt-14-dev"; \
+	    apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang libclang-rt-14-dev >/dev/null; \
+	else \
+	    echo "fuzz: clang with libFuzzer is missing. Run: sudo apt-get install -y clang libclang-rt-14-dev" >&2; \
+	    exit 1; \
+	fi
+
+FUZZ_LIB_CFLAGS = $(LIB_CFLAGS) -fsanitize=fuzzer-no-link $(FUZZ_UBSAN)
+
+# gcc accepts its __atomic_* builtins on an _Atomic object; clang 14 refuses
+# them (instrument/hooks.c's user_hooks). Such a file is compiled again with
+# _Atomic defined away: the builtins keep every access atomic.
+$(FUZZ_DIR)/obj/%.o: %.c $(FUZZ_HEADERS) | fuzz-deps
+	@mkdir -p $(dir $@)
+	@echo "$(FUZZ_CC) $(FUZZ_LIB_CFLAGS) -c $< -o $@"
+	@$(FUZZ_CC) $(FUZZ_LIB_CFLAGS) -c $< -o $@ || { \
+	    echo "fuzz: $<: clang rejected it; retrying with -D_Atomic=" >&2; \
+	    $(FUZZ_CC) $(FUZZ_LIB_CFLAGS) -D_Atomic= -c $< -o $@; }
+
+$(FUZZ_BIN): tests/fuzz/fuzz_alloc.c $(FUZZ_LIB_OBJ) include/tally.h | fuzz-deps
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -std=gnu11 -O2 -g -Wall -Wextra -pthread -Iinclude -fno-builtin \
+	    -fsanitize=fuzzer $(FUZZ_UBSAN) -o $@ tests/fuzz/fuzz_alloc.c $(FUZZ_LIB_OBJ)
+
+# The corpus copy keeps what earlier runs found; the repository's seeds are
+# never written. libFuzzer exits non-zero on a crash (a harness trap, an
+# abort from tally, UBSan), a timeout or an RSS overrun, and leaves the
+# reproducer in artifacts/.
+fuzz: $(FUZZ_BIN)
+	@mkdir -p $(FUZZ_CORPUS) $(FUZZ_ARTIFACTS)
+	cp tests/fuzz/corpus/* $(FUZZ_CORPUS)/
+	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) $(FUZZ_FLAGS) \
+	    -artifact_prefix=$(FUZZ_ARTIFACTS) $(FUZZ_CORPUS) || \
+	    { echo "fuzz: FAILED; reproducer in $(FUZZ_ARTIFACTS) (run: $(FUZZ_BIN) FILE)" >&2; exit 1; }
