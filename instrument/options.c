@@ -8,6 +8,7 @@
  */
 #include "options.h"
 #include "hooks.h"
+#include "../alloc/os.h"
 #include "../alloc/diag.h"
 
 #include <stdatomic.h>
@@ -40,6 +41,8 @@ HIDDEN const struct option_def options_table[OPT_COUNT] = {
                       "abort on a detected error (0: report and continue)"),
     [OPT_REPORT] = { "report", 0, 0, 0, true, false,
                      "where reports go: stderr, or a file path (appended)" },
+    [OPT_TEST_FAIL_MMAP] = NUM("test_fail_mmap", 0, 0, 1000000, false,
+                               "tests only: the N-th next mmap/mremap fails (0: off)"),
 };
 
 HIDDEN uint64_t options_value[OPT_COUNT] = {
@@ -117,6 +120,8 @@ int options_set(const char *name, size_t name_len, const char *value, size_t val
     __atomic_store_n(&options_value[id], v, __ATOMIC_RELAXED);
     if (options_table[id].switches_mode)
         hooks_update();
+    if (id == OPT_TEST_FAIL_MMAP)
+        os_fail_after((long)v);
     return 0;
 }
 

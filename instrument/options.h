@@ -22,6 +22,7 @@ enum option_id {
     OPT_BACKTRACE,
     OPT_ABORT,
     OPT_REPORT,
+    OPT_TEST_FAIL_MMAP,
     OPT_COUNT
 };
 
