@@ -3,6 +3,7 @@
 #   make                 build/libtally.so and build/libtally.a
 #   make test            Criterion suite (installs libcriterion-dev when root)
 #   make check-real      real programs under LD_PRELOAD, output compared
+#   make stress          threaded stress, 2 and 8 threads, plain and debug=1
 #   make bench           the benchmark suite (see docs/benchmarks.md)
 #   make install PREFIX=/usr/local
 
@@ -57,7 +58,7 @@ test-deps:
 	@sh tests/deps.sh
 
 TEST_PROGS := $(BUILD)/tests/prog_plain $(BUILD)/tests/prog_static $(BUILD)/tests/prog_cxx \
-              $(BUILD)/tests/prog_overflow
+              $(BUILD)/tests/prog_overflow $(BUILD)/tests/prog_memcheck
 
 $(TEST_BIN): $(TEST_SRC) tests/helpers.h $(LIB_SO) $(LIB_TOOL) $(TEST_PROGS) | test-deps
 	@mkdir -p $(dir $@)
@@ -74,6 +75,10 @@ $(BUILD)/tests/prog_static: tests/progs/uses_malloc.c $(LIB_A)
 	$(CC) $(CFLAGS_COMMON) -Iinclude -DSTATIC_TALLY -o $@ $< $(LIB_A) -ldl
 
 $(BUILD)/tests/prog_overflow: tests/progs/overflow.c
+	@mkdir -p $(dir $@)
+	$(CC) -O0 -g -o $@ $<
+
+$(BUILD)/tests/prog_memcheck: tests/progs/memcheck_bugs.c
 	@mkdir -p $(dir $@)
 	$(CC) -O0 -g -o $@ $<
 
@@ -100,4 +105,5 @@ install: all
 clean:
 	rm -rf $(BUILD)
 
--include bench/bench.mk
+include bench/bench.mk
+include tests/stress/stress.mk

@@ -5,8 +5,9 @@
  * Stage 2 creates the thread-exit key and registers the fork handlers; both
  * may, in some libc versions, call malloc, which is fine because the heap
  * machinery needs nothing from these stages to serve that call.
- * This is the one place alloc/ calls into instrument/ outside the hooks: the
- * options table lives there.
+ * Besides the hooks' slow-path dispatch, this is the one place alloc/ calls
+ * into instrument/: it loads the option table and lets the hooks settle
+ * which modes are on.
  */
 #include "init.h"
 #include "heap.h"
@@ -14,6 +15,7 @@
 #include "segment.h"
 #include "large_cache.h"
 #include "../instrument/options.h"
+#include "../instrument/hooks.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -58,6 +60,7 @@ void init_ensure(void)
     tls_initializing = true;
     segment_init_secret();
     options_load_env();
+    hooks_update();          /* modes from TALLY_OPTIONS; valgrind detection */
     heap_process_init();
     pthread_atfork(init_fork_prepare, init_fork_parent, init_fork_child);
     atomic_store_explicit(&init_state, INIT_DONE, memory_order_release);

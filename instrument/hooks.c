@@ -12,6 +12,7 @@
 #include "timing.h"
 #include "options.h"
 #include "report.h"
+#include "valgrind.h"
 #include "../alloc/raw.h"
 #include "../alloc/os.h"
 #include "../alloc/sizeclass.h"
@@ -38,7 +39,7 @@ void hooks_update(void)
         __atomic_store_n(&os_time_calls, false, __ATOMIC_RELAXED);
     if (debug || timing || option(OPT_STATS))
         report_prepare();
-    bool on = debug || timing || user;
+    bool on = debug || timing || user || vg_running();
     __atomic_store_n(&malloc_fast_limit, on ? 0 : (size_t)SMALL_MAX + 1, __ATOMIC_RELAXED);
     __atomic_store_n(&hooks_tag_mask, on ? HOOKS_TAG_BIT : 0, __ATOMIC_RELAXED);
 }
@@ -46,26 +47,6 @@ void hooks_update(void)
 static void *plain_alloc(size_t size, size_t align, enum hook_op op)
 {
     return op == HOOK_CALLOC ? raw_calloc(size) : raw_alloc(size, align);
-}
-
-void *hooks_alloc(size_t size, size_t align, enum hook_op op, const void *site)
-{
-    if (tls_in_hook)
-        return plain_alloc(size, align, op);
-    tls_in_hook = true;
-    bool timing = option(OPT_TIMING);
-    struct timing_mark m;
-    if (timing)
-        timing_begin(&m);
-    void *p = option(OPT_DEBUG) ? debug_alloc(size, align, op == HOOK_CALLOC, site)
-                                : plain_alloc(size, align, op);
-    if (timing)
-        timing_end(&m, op, size);
-    const struct tally_hooks *u = __atomic_load_n(&user_hooks, __ATOMIC_ACQUIRE);
-    if (u && u->on_alloc && p)
-        u->on_alloc(p, size, u->ctx);
-    tls_in_hook = false;
-    return p;
 }
 
 static void free_any(void *p, const void *site)
@@ -76,28 +57,6 @@ static void free_any(void *p, const void *site)
         raw_free(p, "free");
 }
 
-void hooks_free(void *p, const void *site)
-{
-    if (tls_in_hook) {
-        free_any(p, site);
-        return;
-    }
-    tls_in_hook = true;
-    const struct tally_hooks *u = __atomic_load_n(&user_hooks, __ATOMIC_ACQUIRE);
-    if (u && u->on_free)
-        u->on_free(p, u->ctx);
-    if (option(OPT_TIMING)) {
-        size_t size = raw_is_debug(p) ? debug_usable_size(p) : raw_usable_size(p, "free");
-        struct timing_mark m;
-        timing_begin(&m);
-        free_any(p, site);
-        timing_end(&m, HOOK_FREE, size);
-    } else {
-        free_any(p, site);
-    }
-    tls_in_hook = false;
-}
-
 static void *realloc_any(void *p, size_t size, const void *site)
 {
     if (option(OPT_DEBUG) || raw_is_debug(p))
@@ -105,8 +64,86 @@ static void *realloc_any(void *p, size_t size, const void *site)
     return raw_realloc(p, size, "realloc");
 }
 
+/* Allocation proper for an outermost call: debug or plain, timed when
+ * asked. (Nested calls, from a hook, backtrace or dladdr, go plain.) */
+static void *alloc_inner(size_t size, size_t align, enum hook_op op, const void *site)
+{
+    bool timing = option(OPT_TIMING);
+    struct timing_mark m;
+    if (timing)
+        timing_begin(&m);
+    void *p = option(OPT_DEBUG) ? debug_alloc(size, align, op == HOOK_CALLOC, site)
+                                : plain_alloc(size, align, op);
+    if (timing)
+        timing_end(&m, op, size);
+    return p;
+}
+
+static size_t usable(void *p)
+{
+    return raw_is_debug(p) ? debug_usable_size(p) : raw_usable_size(p, "free");
+}
+
+void *hooks_alloc(size_t size, size_t align, enum hook_op op, const void *site)
+{
+    bool outer = !tls_in_hook, vg = vg_running();
+    tls_in_hook = true;
+    if (vg)
+        vg_quiet_begin();
+    void *p = outer ? alloc_inner(size, align, op, site) : plain_alloc(size, align, op);
+    if (vg) {
+        vg_quiet_end();
+        vg_alloc(p, p ? usable(p) : 0, op == HOOK_CALLOC);
+    }
+    const struct tally_hooks *u = __atomic_load_n(&user_hooks, __ATOMIC_ACQUIRE);
+    if (outer && u && u->on_alloc && p)
+        u->on_alloc(p, size, u->ctx);
+    tls_in_hook = !outer;
+    return p;
+}
+
+void hooks_free(void *p, const void *site)
+{
+    bool outer = !tls_in_hook, vg = vg_running();
+    tls_in_hook = true;
+    const struct tally_hooks *u = __atomic_load_n(&user_hooks, __ATOMIC_ACQUIRE);
+    if (outer && u && u->on_free)
+        u->on_free(p, u->ctx);
+    if (vg) {
+        vg_free(p);
+        vg_quiet_begin();
+    }
+    if (outer && option(OPT_TIMING)) {
+        size_t size = usable(p);
+        struct timing_mark m;
+        timing_begin(&m);
+        free_any(p, site);
+        timing_end(&m, HOOK_FREE, size);
+    } else {
+        free_any(p, site);
+    }
+    if (vg)
+        vg_quiet_end();
+    tls_in_hook = !outer;
+}
+
+/* Under valgrind, realloc is always allocate-copy-free, so memcheck sees
+ * each block's whole life. */
+static void *realloc_for_valgrind(void *p, size_t size, const void *site)
+{
+    size_t old = usable(p);
+    void *q = hooks_alloc(size, MIN_ALIGN, HOOK_MALLOC, site);
+    if (q) {
+        memcpy(q, p, old < size ? old : size);
+        hooks_free(p, site);
+    }
+    return q;
+}
+
 void *hooks_realloc(void *p, size_t size, const void *site)
 {
+    if (vg_running())
+        return realloc_for_valgrind(p, size, site);
     if (tls_in_hook)
         return realloc_any(p, size, site);
     tls_in_hook = true;

@@ -58,3 +58,15 @@ Test(linking, options_reach_the_allocator)
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0);
     cr_assert_str_eq(out, "65536\n");
 }
+
+Test(linking, memcheck_sees_tally_blocks, .timeout = 120)
+{
+    char out[8192], cmd[1024];
+    if (run_cmd("command -v valgrind", out, sizeof out) != 0)
+        cr_skip_test("valgrind is not installed");
+    snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s valgrind --soname-synonyms=somalloc=nouserintercept "
+             "--error-exitcode=9 ./prog_memcheck 2>&1", tally_lib());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 9, "%s", out);
+    cr_assert(strstr(out, "Invalid write of size 1"), "%s", out);
+    cr_assert(strstr(out, "hooks_free"), "the free went through tally: %s", out);
+}

@@ -272,9 +272,9 @@ EOF
 echo 'perl "$IN/work.pl"' >"$IN/perl.sh"
 check perl
 
-# ---- 5. gcc: compile and link 3000 generated functions ----------------------
+# ---- 5. gcc: compile and link 2000 generated functions ----------------------
 awk 'BEGIN {
-    n = 3000
+    n = 2000
     print "#include <stdio.h>"
     print "struct s { int a, b; char name[16]; };"
     for (i = 0; i < n; i++) {

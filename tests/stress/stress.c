@@ -64,12 +64,13 @@ static struct {
     uint64_t seed;           /* -S */
     size_t slots;            /* -n: shared table size */
     size_t live_cap;         /* -M MiB: big requests are skipped above it */
+    size_t max_size;         /* -x: larger requests become small ones */
     int life_min, life_max;  /* -l, -L: worker lifetime in ms */
     int check_ms;            /* -c: tally_check period, 0 = never */
     int trim_ms;             /* -m: malloc_trim period, 0 = never */
     int use_usable;          /* -u: fill up to malloc_usable_size */
     int watchdog_s;          /* -w: seconds without progress = hang */
-} opt = { 2, 10, 0, 4096, 512 * MIB, 50, 500, 100, 1000, 1, 60 };
+} opt = { 2, 10, 0, 4096, 512 * MIB, 64 * MIB, 50, 500, 100, 1000, 1, 60 };
 
 /* ---- shared state ------------------------------------------------------- */
 
@@ -175,9 +176,12 @@ static size_t rnd_size(struct ctx *c)
     return rnd_range(c, MIB + 1, 64 * MIB);
 }
 
-/* A big request that would take live memory over the cap becomes small. */
+/* A request above -x, or a big one that would take live memory over the
+ * cap, becomes small. */
 static size_t bounded(struct ctx *c, size_t size, size_t old)
 {
+    if (size > opt.max_size)
+        return rnd_range(c, 1, opt.max_size < 256 ? opt.max_size : 256);
     if (size <= 64 * KIB || size <= old)
         return size;
     if (atomic_load(&live_bytes) + size - old > opt.live_cap)
@@ -620,11 +624,12 @@ static void run(void)
 static void usage(const char *prog)
 {
     fprintf(stderr,
-            "usage: %s [-t THREADS] [-s SECONDS] [-S SEED] [-n SLOTS] [-M LIVE_MIB]\n"
+            "usage: %s [-t THREADS] [-s SECONDS] [-S SEED] [-n SLOTS] [-M LIVE_MIB] [-x MAX_SIZE]\n"
             "          [-l MIN_MS] [-L MAX_MS] [-c CHECK_MS] [-m TRIM_MS] [-u 0|1] [-w SECS]\n"
             "  -t workers kept alive (2)        -s run time in seconds (10)\n"
             "  -S seed (time based)             -n shared table slots (4096)\n"
             "  -M live MiB before big requests are skipped (512)\n"
+            "  -x largest request in bytes; bigger ones become small (64 MiB)\n"
             "  -l/-L worker lifetime range in ms (50/500)\n"
             "  -c tally_check period in ms, 0 = off (100)\n"
             "  -m malloc_trim(0) period in ms, 0 = off (1000)\n"
@@ -637,13 +642,14 @@ static void parse_args(int argc, char **argv)
 {
     int o;
     opt.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    while ((o = getopt(argc, argv, "t:s:S:n:M:l:L:c:m:u:w:h")) != -1) {
+    while ((o = getopt(argc, argv, "t:s:S:n:M:x:l:L:c:m:u:w:h")) != -1) {
         switch (o) {
         case 't': opt.threads = atoi(optarg); break;
         case 's': opt.seconds = atoi(optarg); break;
         case 'S': opt.seed = strtoull(optarg, NULL, 0); break;
         case 'n': opt.slots = strtoull(optarg, NULL, 0); break;
         case 'M': opt.live_cap = strtoull(optarg, NULL, 0) * MIB; break;
+        case 'x': opt.max_size = strtoull(optarg, NULL, 0); break;
         case 'l': opt.life_min = atoi(optarg); break;
         case 'L': opt.life_max = atoi(optarg); break;
         case 'c': opt.check_ms = atoi(optarg); break;
@@ -654,7 +660,7 @@ static void parse_args(int argc, char **argv)
         }
     }
     if (optind != argc || opt.threads < 1 || opt.threads > MAX_THREADS || opt.seconds < 0 ||
-        opt.slots < 1 || opt.life_min < 1 || opt.life_max < opt.life_min || opt.watchdog_s < 1)
+        opt.slots < 1 || opt.max_size < 1 || opt.life_min < 1 || opt.life_max < opt.life_min || opt.watchdog_s < 1)
         usage(argv[0]);
 }
 

@@ -1,0 +1,49 @@
+/*
+ * valgrind.c - memcheck client requests (header-only <valgrind/valgrind.h>
+ * and <valgrind/memcheck.h>). Built without them when the headers are
+ * absent: then vg_running() is always false.
+ */
+#include "valgrind.h"
+
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#include <valgrind/valgrind.h>
+
+bool vg_running(void)
+{
+    static int state = -1;       /* -1 unknown, 0 no, 1 yes */
+    int s = __atomic_load_n(&state, __ATOMIC_RELAXED);
+    if (s < 0) {
+        /* Only memcheck answers GET_VBITS (1 = success): under callgrind or
+         * any other tool the fast paths stay on and counts stay true. */
+        unsigned char probe = 0, vbits = 0;
+        s = RUNNING_ON_VALGRIND && VALGRIND_GET_VBITS(&probe, &vbits, 1) == 1;
+        __atomic_store_n(&state, s, __ATOMIC_RELAXED);
+    }
+    return s;
+}
+
+void vg_alloc(void *p, size_t size, bool zeroed)
+{
+    if (p)
+        VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, zeroed);
+}
+
+void vg_free(void *p)
+{
+    if (p)
+        VALGRIND_FREELIKE_BLOCK(p, 0);
+}
+
+void vg_quiet_begin(void) { VALGRIND_DISABLE_ERROR_REPORTING; }
+void vg_quiet_end(void) { VALGRIND_ENABLE_ERROR_REPORTING; }
+
+#else
+
+bool vg_running(void) { return false; }
+void vg_alloc(void *p, size_t size, bool zeroed) { (void)p; (void)size; (void)zeroed; }
+void vg_free(void *p) { (void)p; }
+void vg_quiet_begin(void) {}
+void vg_quiet_end(void) {}
+
+#endif
