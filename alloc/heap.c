@@ -28,6 +28,7 @@ HIDDEN struct heap heap_empty = { .direct = { [0 ... DIRECT_SLOTS - 1] = &page_e
                                   .current = { [0 ... NUM_CLASSES - 1] = &page_empty },
                                   .tag = TAG_EMPTY };
 HIDDEN struct heap *heap_table[MAX_HEAPS + 1];
+HIDDEN uint16_t heap_debug_tag = TAG_EMPTY;
 HIDDEN __thread struct heap *tls_heap TLS_IE = &heap_empty;
 HIDDEN __thread uint16_t tls_tag TLS_IE = TAG_EMPTY;
 static __thread bool tls_exited TLS_IE;
@@ -304,6 +305,8 @@ void *heap_alloc_shared(enum shared_heap_id id, unsigned cls)
         init_ensure();
         pthread_mutex_lock(&heap_lock);
         __atomic_store_n(&sh->heap, heap_new(HEAP_SHARED), __ATOMIC_RELEASE);
+        if (id == SHARED_DEBUG && sh->heap)
+            __atomic_store_n(&heap_debug_tag, sh->heap->tag, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&heap_lock);
     }
     void *p = sh->heap ? heap_alloc(sh->heap, cls) : NULL;

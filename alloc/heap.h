@@ -41,6 +41,8 @@ struct heap {
 extern HIDDEN struct page page_empty;
 extern HIDDEN struct heap heap_empty;
 extern HIDDEN struct heap *heap_table[MAX_HEAPS + 1];
+/* The debug heap's tag once it exists; TAG_EMPTY (matches no block) before. */
+extern HIDDEN uint16_t heap_debug_tag;
 extern HIDDEN __thread struct heap *tls_heap TLS_IE;
 extern HIDDEN __thread uint16_t tls_tag TLS_IE;
 

@@ -60,15 +60,25 @@ void *raw_calloc(size_t size)
 }
 
 /* The page of a small or medium block, after checking that p is the start
- * of a block in a page that is in use. */
+ * of a block in a page that is in use. (p below the page start wraps off
+ * around to a huge value and fails the bound.) */
 static struct page *checked_page(const void *p, const char *func)
 {
     struct page *pg = segment_page_of(segment_of(p), p);
     uintptr_t off = (uintptr_t)p - (uintptr_t)pg->start;
-    if (!pg->in_use || (uintptr_t)p < (uintptr_t)pg->start || off % pg->block_size != 0 ||
-        off / pg->block_size >= pg->reserved)
+    if (!pg->in_use || off >= (uintptr_t)pg->reserved * pg->block_size ||
+        sizeclass_div((uint32_t)off, pg->cls) * pg->block_size != off)
         diag_fail(func, "invalid pointer (not the start of a block)", p);
     return pg;
+}
+
+void raw_free_heap_block(void *p, uint16_t tag, const char *func)
+{
+    struct page *pg = checked_page(p, func);
+    if (tag == tls_tag)
+        heap_free_owned_slow(tls_heap, pg, p);
+    else
+        heap_free_remote(heap_table[tag], p);
 }
 
 static uint16_t checked_tag(const void *p, const char *func)
@@ -86,11 +96,7 @@ void raw_free(void *p, const char *func)
         large_free(p, func);
         return;
     }
-    struct page *pg = checked_page(p, func);
-    if (tag == tls_tag)
-        heap_free_owned_slow(tls_heap, pg, p);
-    else
-        heap_free_remote(heap_table[tag], p);
+    raw_free_heap_block(p, tag, func);
 }
 
 size_t raw_usable_size(void *p, const char *func)
@@ -144,13 +150,15 @@ void *raw_alloc_debug(size_t size, size_t align, size_t front)
 void *raw_debug_block_of(const void *p)
 {
     uint16_t tag = segmap_tag(p);
-    if (tag == TAG_NONE || tag != heap_shared_tag(SHARED_DEBUG))
+    if (tag != __atomic_load_n(&heap_debug_tag, __ATOMIC_RELAXED))
         return NULL;
     struct page *pg = segment_page_of(segment_of(p), p);
     if (!pg->in_use || (uintptr_t)p < (uintptr_t)pg->start)
         return NULL;
-    size_t i = ((uintptr_t)p - (uintptr_t)pg->start) / pg->block_size;
-    return i < pg->reserved ? pg->start + i * pg->block_size : NULL;
+    uintptr_t off = (uintptr_t)p - (uintptr_t)pg->start;
+    if (off >= (uintptr_t)pg->reserved * pg->block_size)
+        return NULL;
+    return pg->start + (size_t)sizeclass_div((uint32_t)off, pg->cls) * pg->block_size;
 }
 
 bool raw_is_debug(const void *p)
@@ -158,7 +166,7 @@ bool raw_is_debug(const void *p)
     uint16_t tag = segmap_tag(p);
     if (tag >= TAG_LARGE_TAIL)
         return large_flags(p) & LARGE_DEBUG;
-    return tag != TAG_NONE && tag == heap_shared_tag(SHARED_DEBUG);
+    return tag == __atomic_load_n(&heap_debug_tag, __ATOMIC_RELAXED);
 }
 
 void raw_free_debug(void *p)

@@ -16,6 +16,8 @@
 HIDDEN void *raw_alloc(size_t size, size_t align);
 HIDDEN void *raw_calloc(size_t size);
 HIDDEN void raw_free(void *p, const char *func);
+/* raw_free() for a pointer whose segmap tag names a heap (1..MAX_HEAPS). */
+HIDDEN void raw_free_heap_block(void *p, uint16_t tag, const char *func);
 HIDDEN void *raw_realloc(void *p, size_t size, const char *func);
 HIDDEN size_t raw_usable_size(void *p, const char *func);
 

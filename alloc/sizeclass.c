@@ -7,21 +7,26 @@
 
 /* Block size of each class, written out so a reader can see the spacing
  * (16-byte steps, then four per power of two). */
-const uint32_t sizeclass_block_size[NUM_CLASSES] = {
-    16, 32, 48, 64, 80, 96, 112, 128,
-    160, 192, 224, 256,
-    320, 384, 448, 512,
-    640, 768, 896, 1024,
-    1280, 1536, 1792, 2048,
-    2560, 3072, 3584, 4096,
-    5120, 6144, 7168, 8192,
-    10240, 12288, 14336, 16384,
-    20480, 24576, 28672, 32768,
-    40960, 49152, 57344, 65536,
-    81920, 98304, 114688, 131072,
-    163840, 196608, 229376, 262144,
-    327680, 393216, 458752, 524288,
-};
+#define SIZECLASS_LIST(X) \
+    X(16) X(32) X(48) X(64) X(80) X(96) X(112) X(128) \
+    X(160) X(192) X(224) X(256) \
+    X(320) X(384) X(448) X(512) \
+    X(640) X(768) X(896) X(1024) \
+    X(1280) X(1536) X(1792) X(2048) \
+    X(2560) X(3072) X(3584) X(4096) \
+    X(5120) X(6144) X(7168) X(8192) \
+    X(10240) X(12288) X(14336) X(16384) \
+    X(20480) X(24576) X(28672) X(32768) \
+    X(40960) X(49152) X(57344) X(65536) \
+    X(81920) X(98304) X(114688) X(131072) \
+    X(163840) X(196608) X(229376) X(262144) \
+    X(327680) X(393216) X(458752) X(524288)
+
+#define AS_SIZE(bs)  bs,
+#define AS_MAGIC(bs) ((((uint64_t)1 << SIZECLASS_DIV_SHIFT) / (bs)) + 1),
+
+const uint32_t sizeclass_block_size[NUM_CLASSES] = { SIZECLASS_LIST(AS_SIZE) };
+const uint64_t sizeclass_div_magic[NUM_CLASSES] = { SIZECLASS_LIST(AS_MAGIC) };
 
 /* Entry i serves sizes 16*i-15 .. 16*i (entry 0 serves size 0). */
 #define C1(i)   [i] = (uint8_t)((i) <= 8 ? ((i) == 0 ? 0 : (i) - 1) : CL(16 * (i)))

@@ -22,6 +22,18 @@
 extern HIDDEN const uint8_t sizeclass_small_table[SMALL_MAX / 16 + 1];
 extern HIDDEN const uint32_t sizeclass_block_size[NUM_CLASSES];
 
+/* floor(off / block size of cls) without a divide: (off * magic) >> 42 is
+ * exact for every offset inside a segment (off < 2^22) and block size
+ * <= 2^19, because magic = floor(2^42 / size) + 1 overshoots by less than
+ * 1/size. (A test checks every class against real division.) */
+#define SIZECLASS_DIV_SHIFT 42
+extern HIDDEN const uint64_t sizeclass_div_magic[NUM_CLASSES];
+
+static inline uint32_t sizeclass_div(uint32_t off, unsigned cls)
+{
+    return (uint32_t)(((uint64_t)off * sizeclass_div_magic[cls]) >> SIZECLASS_DIV_SHIFT);
+}
+
 /* Precondition: size <= SMALL_MAX. */
 static inline unsigned sizeclass_of_small(size_t size)
 {
