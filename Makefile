@@ -62,7 +62,7 @@ TEST_PROGS := $(BUILD)/tests/prog_plain $(BUILD)/tests/prog_static $(BUILD)/test
 
 $(TEST_BIN): $(TEST_SRC) tests/helpers.h $(LIB_SO) $(LIB_TOOL) $(TEST_PROGS) | test-deps
 	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) -o $@ $(TEST_SRC) -L$(BUILD) -ltally -Wl,-rpath,'$$ORIGIN/..' -lcriterion -ldl
+	$(CC) $(TEST_CFLAGS) -o $@ $(TEST_SRC) alloc/sizeclass.c -L$(BUILD) -ltally -Wl,-rpath,'$$ORIGIN/..' -lcriterion -ldl
 
 # Helper programs for the linking tests: one plain (for LD_PRELOAD), one
 # linked statically against libtally.a.

@@ -1,0 +1,40 @@
+/*
+ * test_sizeclass.c - the class tables against first principles. Compiled
+ * with alloc/sizeclass.c itself (its tables are hidden inside libtally).
+ */
+#include <criterion/criterion.h>
+#include "../alloc/sizeclass.h"
+
+Test(sizeclass, table_and_formula_agree_and_fit)
+{
+    for (size_t n = 0; n <= MEDIUM_MAX; n++) {
+        unsigned c = sizeclass_of(n);
+        cr_assert_lt(c, NUM_CLASSES);
+        cr_assert_geq(sizeclass_block_size[c], n, "size %zu class %u", n, c);
+        if (c > 0)
+            cr_assert_lt(sizeclass_block_size[c - 1], n ? n : 1, "size %zu not in smallest class", n);
+        if (n <= SMALL_MAX)
+            cr_assert_eq(sizeclass_of_small(n), c, "table disagrees at %zu", n);
+    }
+    cr_assert_eq(sizeclass_block_size[NUM_SMALL_CLASSES - 1], SMALL_MAX);
+    cr_assert_eq(sizeclass_block_size[NUM_CLASSES - 1], MEDIUM_MAX);
+}
+
+Test(sizeclass, reciprocal_division_is_exact_inside_a_segment)
+{
+    for (unsigned c = 0; c < NUM_CLASSES; c++) {
+        uint32_t bs = sizeclass_block_size[c];
+        /* Every offset near every block boundary, and a dense sweep. */
+        for (uint32_t k = 0; (uint64_t)k * bs < (1u << 22); k++) {
+            for (int d = -2; d <= 2; d++) {
+                int64_t off = (int64_t)k * bs + d;
+                if (off < 0 || off >= (1 << 22))
+                    continue;
+                cr_assert_eq(sizeclass_div((uint32_t)off, c), (uint32_t)off / bs,
+                             "class %u off %lld", c, (long long)off);
+            }
+        }
+        for (uint32_t off = 0; off < (1u << 22); off += 97)
+            cr_assert_eq(sizeclass_div(off, c), off / bs, "class %u off %u", c, off);
+    }
+}
