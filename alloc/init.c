@@ -77,6 +77,8 @@ __attribute__((constructor(101))) static void init_at_load(void)
 
 uint64_t init_purge_delay_ms(void) { return options_value[OPT_PURGE_DELAY]; }
 
+bool init_secure(void) { return option(OPT_SECURE) != 0; }
+
 size_t init_large_cache_bytes(void) { return (size_t)option(OPT_LARGE_CACHE); }
 
 size_t init_mmap_threshold(void)

@@ -6,6 +6,7 @@
 #include "os.h"
 #include "diag.h"
 #include "large_cache.h"
+#include "init.h"
 
 #include <string.h>
 
@@ -79,8 +80,9 @@ void *large_alloc(size_t size, size_t align, size_t front, unsigned flags)
     size_t base_align = align > SEGMENT_SIZE ? align : SEGMENT_SIZE;
     if (size > PTRDIFF_MAX - offset - OS_PAGE)
         return NULL;
-    size_t map_size = align_up(offset + size, OS_PAGE);
-    bool warm = base_align == SEGMENT_SIZE;
+    size_t guard = init_secure() ? OS_PAGE : 0;
+    size_t map_size = align_up(offset + size, OS_PAGE) + guard;
+    bool warm = base_align == SEGMENT_SIZE && !guard;
     struct large_header *h = warm ? large_take_cached(&map_size) : NULL;
     if (!h) {
         warm = false;
@@ -89,7 +91,9 @@ void *large_alloc(size_t size, size_t align, size_t front, unsigned flags)
     if (!h)
         return NULL;
     *h = (struct large_header){ LARGE_MAGIC, map_size, offset, base_align,
-                                flags & ~LARGE_ZERO };
+                                (flags & ~LARGE_ZERO) | (guard ? LARGE_GUARD : 0) };
+    if (guard)
+        os_protect((char *)h + map_size - OS_PAGE, OS_PAGE, true);
     if (warm && (flags & LARGE_ZERO))
         memset((char *)h + offset, 0, size);
     large_tag(h);
@@ -134,7 +138,8 @@ void large_free(void *p, const char *func)
     h->magic = 0;
     atomic_fetch_sub_explicit(&live_count, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&live_bytes, map_size, memory_order_relaxed);
-    if (h->base_align != SEGMENT_SIZE || !large_cache_put(h, map_size))
+    if (h->base_align != SEGMENT_SIZE || (h->flags & LARGE_GUARD) ||
+        !large_cache_put(h, map_size))
         os_unmap(h, map_size);
 }
 
@@ -143,18 +148,25 @@ void *large_realloc(void *p, size_t size)
     struct large_header *h = large_checked(p, "realloc");
     if (size > PTRDIFF_MAX - h->offset - OS_PAGE)
         return NULL;
+    size_t guard = h->flags & LARGE_GUARD ? OS_PAGE : 0;
     size_t old_map = h->map_size;
-    size_t new_map = align_up(h->offset + size, OS_PAGE);
+    size_t new_map = align_up(h->offset + size, OS_PAGE) + guard;
     if (new_map == old_map)
         return p;
     /* Untag first: once mremap moves the pages, another thread may map the
-     * old range and tag it. */
+     * old range and tag it. The guard page moves to the new end. */
     large_untag(h);
+    if (guard)
+        os_protect((char *)h + old_map - guard, guard, false);
     struct large_header *n = os_remap_aligned(h, old_map, new_map, h->base_align);
     if (!n) {
+        if (guard)
+            os_protect((char *)h + old_map - guard, guard, true);
         large_tag(h);
         return NULL;
     }
+    if (guard)
+        os_protect((char *)n + new_map - guard, guard, true);
     n->map_size = new_map;
     large_tag(n);
     atomic_fetch_add_explicit(&live_bytes, new_map - old_map, memory_order_relaxed);
@@ -164,7 +176,7 @@ void *large_realloc(void *p, size_t size)
 size_t large_usable_size(const void *p, const char *func)
 {
     struct large_header *h = large_checked(p, func);
-    return h->map_size - h->offset;
+    return h->map_size - h->offset - (h->flags & LARGE_GUARD ? OS_PAGE : 0);
 }
 
 void large_counters(uint64_t *count, uint64_t *bytes)

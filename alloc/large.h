@@ -14,6 +14,7 @@
 #include "internal.h"
 
 #define LARGE_DEBUG 0x1   /* carries a debug header in front of the block */
+#define LARGE_GUARD 0x2   /* secure mode: the mapping ends in a PROT_NONE page */
 #define LARGE_ZERO  0x100 /* large_alloc: the block must read as zero */
 
 /* NULL when the OS refuses; a fresh mapping reads as zero. `front` bytes

@@ -89,6 +89,11 @@ void *os_map_aligned(size_t size, size_t align)
     return aligned;
 }
 
+void os_protect(void *p, size_t size, bool guard)
+{
+    mprotect(p, size, guard ? PROT_NONE : PROT_READ | PROT_WRITE);
+}
+
 void os_purge(void *p, size_t size)
 {
     uint64_t t0 = os_call_begin();

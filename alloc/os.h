@@ -40,6 +40,8 @@ HIDDEN void  os_unmap(void *p, size_t size);
 HIDDEN void  os_purge(void *p, size_t size);
 HIDDEN void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align);
 HIDDEN void *os_move_aligned(void *p, size_t size, size_t align);
+/* Makes [p, p + size) inaccessible (guard) or readable and writable again. */
+HIDDEN void os_protect(void *p, size_t size, bool guard);
 HIDDEN void  os_fail_after(long n);
 HIDDEN void  os_counters_read(struct os_counters *out);
 

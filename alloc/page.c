@@ -3,6 +3,7 @@
  */
 #include "page.h"
 #include "sizeclass.h"
+#include "init.h"
 
 void page_init(struct segment *s, struct page *pg, unsigned cls)
 {
@@ -21,6 +22,45 @@ void page_init(struct segment *s, struct page *pg, unsigned cls)
     pg->next = pg->prev = NULL;
 }
 
+static __thread uint64_t tls_rng TLS_IE;
+
+/* xorshift64*, seeded per thread from the block secret and its own address. */
+static uint32_t page_random(void)
+{
+    uint64_t x = tls_rng;
+    if (!x)
+        x = block_secret ^ (uintptr_t)&tls_rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    tls_rng = x;
+    return (uint32_t)((x * 0x2545F4914F6CDD1DULL) >> 32);
+}
+
+/* Secure mode: the run's blocks are handed out in random order, so an
+ * overflow cannot count on which block lies next to which. */
+static NOINLINE struct block *page_extend_shuffled(struct page *pg, uint8_t *first, uint32_t n)
+{
+    uint16_t order[OS_PAGE / 16];
+    for (uint32_t i = 0; i < n; i++)
+        order[i] = (uint16_t)i;
+    for (uint32_t i = n - 1; i > 0; i--) {
+        uint32_t j = page_random() % (i + 1);
+        uint16_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    struct block *head = NULL;
+    for (uint32_t i = n - 1; i >= 1; i--) {
+        struct block *b = (struct block *)(first + (size_t)order[i] * pg->block_size);
+        block_set_next(b, head);
+        head = b;
+    }
+    pg->free = head;
+    pg->used++;
+    return (struct block *)(first + (size_t)order[0] * pg->block_size);
+}
+
 /* Carves the next run of never-used blocks: returns the first (counted as
  * used) and threads the rest, up to an OS page's worth, onto the free list.
  * Precondition: pg->free == NULL and reserved < capacity. */
@@ -34,6 +74,8 @@ struct block *page_extend(struct page *pg)
         n = pg->capacity - pg->reserved;
     uint8_t *first = pg->start + (size_t)pg->reserved * bs;
     pg->reserved += n;
+    if (unlikely(init_secure()) && n > 2)
+        return page_extend_shuffled(pg, first, n);
     struct block *head = NULL;
     for (uint32_t i = n - 1; i >= 1; i--) {
         struct block *b = (struct block *)(first + i * bs);

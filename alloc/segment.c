@@ -11,6 +11,7 @@
  */
 #include "segment.h"
 #include "os.h"
+#include "init.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -46,9 +47,20 @@ void segmap_set_range(const void *p, size_t size, uint16_t first, uint16_t rest)
         __atomic_store_n(&segmap[(i + k) & SEGMAP_MASK], rest, __ATOMIC_RELEASE);
 }
 
+/* Secure mode: the segment's last OS page becomes a guard, so running off
+ * the end of the last page faults instead of reaching the next mapping. */
+static void segment_set_guard(struct segment *s, bool guard)
+{
+    if (s->guarded != guard)
+        os_protect((char *)s + SEGMENT_SIZE - OS_PAGE, OS_PAGE, guard);
+}
+
 static void segment_init_header(struct segment *s, struct heap *h, enum segment_kind kind)
 {
+    bool guard = init_secure();
+    segment_set_guard(s, guard);
     memset(s, 0, sizeof *s);
+    s->guarded = guard;
     s->heap = h;
     s->kind = kind;
     if (kind == SEG_SMALL) {
@@ -73,8 +85,11 @@ struct segment *segment_alloc(struct heap *h, uint16_t tag, enum segment_kind ki
     if (cache_count)
         s = cache[--cache_count];
     pthread_mutex_unlock(&segment_lock);
-    if (!s)
+    if (!s) {
         s = os_map_aligned(SEGMENT_SIZE, SEGMENT_SIZE);
+        if (s)
+            s->guarded = 0;
+    }
     if (!s)
         return NULL;
     segment_init_header(s, h, kind);

@@ -71,7 +71,8 @@ struct segment {
     uint32_t kind;
     uint32_t page_shift;       /* PAGE_SHIFT or SEGMENT_SHIFT */
     uint32_t pages_in_use;
-    uint32_t page_count;
+    uint16_t page_count;
+    uint16_t guarded;          /* last OS page is PROT_NONE (secure mode) */
     uint64_t free_pages;       /* bitmap of pages not assigned to a class */
     struct segment *next, *prev;            /* the heap's segments */
     struct segment *all_next, *all_prev;    /* every live segment (stats) */
@@ -108,9 +109,10 @@ static inline struct page *segment_slice_of(struct segment *s, const void *p)
 
 static inline size_t page_area_size(const struct segment *s, const struct page *pg)
 {
+    size_t guard = s->guarded && pg->index == s->page_count - 1u ? OS_PAGE : 0;
     if (s->kind == SEG_MEDIUM)
-        return SEGMENT_SIZE - MEDIUM_HEADER;
-    return pg->index == 0 ? PAGE_SIZE - SMALL_HEADER : PAGE_SIZE;
+        return SEGMENT_SIZE - MEDIUM_HEADER - guard;
+    return (pg->index == 0 ? PAGE_SIZE - SMALL_HEADER : PAGE_SIZE) - guard;
 }
 
 HIDDEN void segment_init_secret(void);

@@ -39,7 +39,7 @@ void hooks_update(void)
         __atomic_store_n(&os_time_calls, false, __ATOMIC_RELAXED);
     if (debug || timing || option(OPT_STATS))
         report_prepare();
-    bool on = debug || timing || user || vg_running();
+    bool on = debug || timing || user || vg_running() || option(OPT_SECURE);
     __atomic_store_n(&malloc_fast_limit, on ? 0 : (size_t)SMALL_MAX + 1, __ATOMIC_RELAXED);
     __atomic_store_n(&hooks_tag_mask, on ? HOOKS_TAG_BIT : 0, __ATOMIC_RELAXED);
 }

@@ -41,6 +41,9 @@ HIDDEN const struct option_def options_table[OPT_COUNT] = {
                       "abort on a detected error (0: report and continue)"),
     [OPT_REPORT] = { "report", 0, 0, 0, true, false,
                      "where reports go: stderr, or a file path (appended)" },
+    [OPT_SECURE] = NUM("secure", 0, 0, 1, true,
+                       "guard pages after segments and large blocks, random slot order, "
+                       "every free validated (applies to memory mapped after it is set)"),
     [OPT_TEST_FAIL_MMAP] = NUM("test_fail_mmap", 0, 0, 1000000, false,
                                "tests only: the N-th next mmap/mremap fails (0: off)"),
 };

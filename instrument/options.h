@@ -23,6 +23,7 @@ enum option_id {
     OPT_ABORT,
     OPT_REPORT,
     OPT_TEST_FAIL_MMAP,
+    OPT_SECURE,
     OPT_COUNT
 };
 

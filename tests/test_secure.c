@@ -1,0 +1,106 @@
+/*
+ * test_secure.c - secure=1: guard pages after large blocks and at the end
+ * of segments, random slot order, every free validated. Each case runs in
+ * a child that switches secure mode on before mapping anything new.
+ */
+#include "helpers.h"
+#include <criterion/criterion.h>
+#include <malloc.h>
+#include <stdint.h>
+#include "tally.h"
+
+static void secure_on(void) { cr_assert_eq(tally_option_set("secure", "1"), 0); }
+
+static void write_past_large(void *arg)
+{
+    (void)arg;
+    secure_on();
+    volatile char *p = malloc(1 << 20);
+    size_t u = malloc_usable_size((void *)p);
+    p[u - 1] = 1;             /* fine */
+    p[u] = 1;                 /* the guard page */
+    _exit(0);
+}
+
+Test(secure, guard_page_after_a_large_block)
+{
+    struct child_result r = run_in_child(write_past_large, NULL);
+    cr_assert_eq(child_signal(&r), SIGSEGV, "status %d: %s", r.status, r.err);
+}
+
+static void write_past_segment_end(void *arg)
+{
+    (void)arg;
+    secure_on();
+    /* 5120-byte blocks tile the last page's 60 KiB exactly, so the last
+     * one ends where the guard begins. The latest such block is in a
+     * segment mapped after secure mode went on (earlier segments, from
+     * before, have no guard). */
+    volatile char *last = NULL;
+    for (int i = 0; i < 4000; i++) {
+        volatile char *p = malloc(5000);
+        uintptr_t end = ((uintptr_t)p & ((4u << 20) - 1)) + 5120;
+        if (end + 4096 == (4u << 20))
+            last = p;
+    }
+    if (!last)
+        _exit(4);             /* never found a block next to a guard */
+    last[5119] = 1;           /* the last byte before the guard: fine */
+    last[5120] = 1;           /* the guard page */
+    _exit(3);
+}
+
+Test(secure, guard_page_at_the_end_of_a_segment)
+{
+    struct child_result r = run_in_child(write_past_segment_end, NULL);
+    cr_assert_eq(child_signal(&r), SIGSEGV, "status %d: %s", r.status, r.err);
+}
+
+static void shuffled(void *arg)
+{
+    (void)arg;
+    secure_on();
+    uintptr_t prev = 0;
+    int inversions = 0;
+    for (int i = 0; i < 200; i++) {
+        uintptr_t p = (uintptr_t)malloc(176);    /* a class nobody used yet */
+        inversions += p < prev;
+        prev = p;
+    }
+    _exit(inversions > 20 ? 0 : 5);
+}
+
+Test(secure, slots_are_handed_out_in_random_order)
+{
+    struct child_result r = run_in_child(shuffled, NULL);
+    cr_assert(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0, "status %d", r.status);
+}
+
+static void interior_free(void *arg)
+{
+    (void)arg;
+    secure_on();
+    char *volatile p = malloc(100);
+    free(p + 16);
+}
+
+Test(secure, every_free_is_validated)
+{
+    struct child_result r = run_in_child(interior_free, NULL);
+    cr_assert_eq(child_signal(&r), SIGABRT, "%s", r.err);
+    cr_assert(strstr(r.err, "not the start of a block"), "%s", r.err);
+}
+
+Test(secure, guarded_large_blocks_grow_and_shrink)
+{
+    secure_on();
+    unsigned char *p = malloc(2 << 20);
+    memset(p, 7, 2 << 20);
+    p = realloc(p, 9 << 20);
+    cr_assert_eq(p[(2 << 20) - 1], 7);
+    memset(p, 8, malloc_usable_size(p));
+    p = realloc(p, 3 << 20);
+    cr_assert_eq(p[(3 << 20) - 1], 8);
+    free(p);
+    tally_option_set("secure", "0");
+}
