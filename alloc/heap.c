@@ -108,15 +108,29 @@ static void heap_purge_page(struct heap *h, struct page *pg)
     segment_free(s);
 }
 
-/* Retires every empty page, then purges those retired for >= delay ms. */
+/* A small page at most half used, that lost blocks since it was last
+ * looked at, and that is not being allocated from: worth handing back the
+ * OS pages that hold only free blocks. */
+static bool heap_page_sparse(const struct heap *h, const struct page *pg)
+{
+    return pg->cls < NUM_SMALL_CLASSES && 2 * pg->used <= pg->reserved &&
+           pg->used < pg->swept_used && h->current[pg->cls] != pg;
+}
+
+/* Retires every empty page, hands back the free OS pages of sparse ones,
+ * then purges pages retired for >= delay ms. */
 static void heap_collect(struct heap *h, uint64_t now, uint64_t delay)
 {
     for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
         struct page *pg = h->queue[cls].first, *next;
         for (; pg; pg = next) {
             next = pg->next;
-            if (pg->used == 0)
+            if (pg->used == 0) {
                 heap_retire_page(h, pg, now);
+            } else if (heap_page_sparse(h, pg)) {
+                page_purge_free_runs(pg);
+                pg->swept_used = pg->used;
+            }
         }
     }
     for (unsigned k = 0; k < 2; k++) {

@@ -4,6 +4,10 @@
 #include "page.h"
 #include "sizeclass.h"
 #include "init.h"
+#include "os.h"
+
+#define OS_SHIFT 12
+#define MAX_BLOCKS (PAGE_SIZE / 16)
 
 void page_init(struct segment *s, struct page *pg, unsigned cls)
 {
@@ -13,14 +17,107 @@ void page_init(struct segment *s, struct page *pg, unsigned cls)
                                        : (size_t)pg->index * PAGE_SIZE));
     pg->cls = (uint8_t)cls;
     pg->block_size = sizeclass_block_size[cls];
-    pg->capacity = (uint32_t)(area / pg->block_size);
+    pg->capacity = (uint16_t)(area / pg->block_size);
     pg->reserved = 0;
+    pg->held = 0;
+    pg->swept_used = UINT32_MAX;
     pg->used = 0;
     pg->free = NULL;
     pg->flags = 0;
     pg->start = base;
     pg->next = pg->prev = NULL;
 }
+
+/* ---- held OS pages ---------------------------------------------------- */
+
+/* Whether block i overlaps an OS page in `held`. */
+static bool block_is_held(const struct page *pg, uint32_t i, uint16_t held)
+{
+    uint32_t bs = pg->block_size;
+    uint32_t lo = (i * bs) >> OS_SHIFT, hi = ((i + 1) * bs - 1) >> OS_SHIFT;
+    uint32_t span = ((2u << hi) - 1) & ~((1u << lo) - 1);
+    return held & span;
+}
+
+/* The page ran dry: thread its held blocks back onto the free list (the
+ * OS faults their pages in again as they are written) and pop one. */
+static NOINLINE struct block *page_unhold(struct page *pg)
+{
+    uint16_t held = pg->held;
+    pg->held = 0;
+    struct block *head = NULL;
+    for (uint32_t i = pg->reserved; i-- > 0;) {
+        if (block_is_held(pg, i, held)) {
+            struct block *b = (struct block *)(pg->start + (size_t)i * pg->block_size);
+            block_set_next(b, head);
+            head = b;
+        }
+    }
+    pg->free = block_next(head);
+    pg->used++;
+    return head;
+}
+
+/* Marks free blocks in `map`: those on the list and those held. */
+static void page_map_free(const struct page *pg, uint64_t *map)
+{
+    for (struct block *b = pg->free; b; b = block_next(b)) {
+        uint32_t i = sizeclass_div((uint32_t)((uint8_t *)b - pg->start), pg->cls);
+        map[i >> 6] |= (uint64_t)1 << (i & 63);
+    }
+    for (uint32_t i = 0; pg->held && i < pg->reserved; i++)
+        if (block_is_held(pg, i, pg->held))
+            map[i >> 6] |= (uint64_t)1 << (i & 63);
+}
+
+static bool map_all_set(const uint64_t *map, uint32_t first, uint32_t last)
+{
+    for (uint32_t i = first; i <= last; i++)
+        if (!(map[i >> 6] & ((uint64_t)1 << (i & 63))))
+            return false;
+    return true;
+}
+
+size_t page_purge_free_runs(struct page *pg)
+{
+    uint32_t bs = pg->block_size, n = pg->reserved;
+    uint32_t whole = (n * bs) >> OS_SHIFT;    /* OS pages fully carved */
+    uint64_t map[MAX_BLOCKS / 64] = { 0 };
+    page_map_free(pg, map);
+    uint16_t fresh = 0;
+    for (uint32_t k = 0; k < whole; k++) {
+        uint32_t first = sizeclass_div(k << OS_SHIFT, pg->cls);
+        uint32_t last = sizeclass_div(((k + 1) << OS_SHIFT) - 1, pg->cls);
+        if (!(pg->held & (1u << k)) && map_all_set(map, first, last))
+            fresh |= (uint16_t)(1u << k);
+    }
+    if (!fresh)
+        return 0;
+    size_t purged = 0;
+    for (uint32_t k = 0; k < whole;) {
+        uint32_t run = 0;
+        while (k + run < whole && (fresh & (1u << (k + run))))
+            run++;
+        if (run) {
+            os_purge(pg->start + ((size_t)k << OS_SHIFT), (size_t)run << OS_SHIFT);
+            purged += (size_t)run << OS_SHIFT;
+        }
+        k += run ? run : 1;
+    }
+    pg->held |= fresh;
+    struct block *head = NULL;
+    for (uint32_t i = n; i-- > 0;) {
+        if ((map[i >> 6] & ((uint64_t)1 << (i & 63))) && !block_is_held(pg, i, pg->held)) {
+            struct block *b = (struct block *)(pg->start + (size_t)i * bs);
+            block_set_next(b, head);
+            head = b;
+        }
+    }
+    pg->free = head;
+    return purged;
+}
+
+/* ---- carving ------------------------------------------------------------ */
 
 static __thread uint64_t tls_rng TLS_IE;
 
@@ -70,10 +167,13 @@ struct block *page_extend(struct page *pg)
     uint32_t n = (uint32_t)(OS_PAGE / bs);
     if (n == 0)
         n = 1;
-    if (n > pg->capacity - pg->reserved)
-        n = pg->capacity - pg->reserved;
+    if (pg->held)
+        return page_unhold(pg);
+    uint32_t left = (uint32_t)(pg->capacity - pg->reserved);
+    if (n > left)
+        n = left;
     uint8_t *first = pg->start + (size_t)pg->reserved * bs;
-    pg->reserved += n;
+    pg->reserved = (uint16_t)(pg->reserved + n);
     if (unlikely(init_secure()) && n > 2)
         return page_extend_shuffled(pg, first, n);
     struct block *head = NULL;

@@ -20,8 +20,14 @@ HIDDEN void page_queue_remove(struct page_queue *q, struct page *pg);
 
 static inline bool page_has_room(const struct page *pg)
 {
-    return pg->free != NULL || pg->reserved < pg->capacity;
+    return pg->free != NULL || pg->reserved < pg->capacity || pg->held;
 }
+
+/* Partial purge of a live small page: hands back every OS page whose
+ * blocks are all free, taking those blocks off the free list until the
+ * page runs dry (page_extend then brings them back). Returns the bytes
+ * purged. Precondition: pg is not a heap's current page. */
+HIDDEN size_t page_purge_free_runs(struct page *pg);
 
 /* Pops a block; the caller has checked page_has_room(). */
 static inline struct block *page_pop(struct page *pg)

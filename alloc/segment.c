@@ -74,7 +74,7 @@ static void segment_init_header(struct segment *s, struct heap *h, enum segment_
         for (uint32_t i = 1; i < PAGES_PER_SEGMENT; i++)
             s->pages[i].flags = PAGE_REDIRECT;
     }
-    for (uint32_t i = 0; i < s->page_count; i++)
+    for (uint16_t i = 0; i < s->page_count; i++)
         s->pages[i].index = i;
 }
 
@@ -154,7 +154,7 @@ struct page *segment_take_page(struct segment *s)
 /* Precondition: pg's area has been purged (or was never touched). */
 void segment_release_page(struct segment *s, struct page *pg)
 {
-    uint32_t index = pg->index;
+    uint16_t index = pg->index;
     memset(pg, 0, sizeof *pg);
     pg->index = index;
     s->free_pages |= (uint64_t)1 << index;

@@ -56,13 +56,20 @@ struct page {
     uint8_t  cls;
     uint8_t  in_use;           /* assigned to a class (else free in segment) */
     uint32_t block_size;
-    uint32_t capacity;         /* blocks that fit in the page */
-    uint32_t reserved;         /* blocks carved from the area so far */
-    uint32_t index;            /* position in the segment */
+    uint16_t capacity;         /* blocks that fit in the page */
+    uint16_t reserved;         /* blocks carved from the area so far */
+    uint16_t index;            /* position in the segment */
+    uint16_t held;             /* small pages: OS pages purged while the page
+                                  lives; their (free) blocks are off the list */
     uint8_t *start;            /* first block */
     struct page *next, *prev;  /* class queue or retired list */
-    uint64_t retired_at;       /* ms; when it joined the retired list */
+    union {
+        uint64_t retired_at;   /* retired: ms when it joined the list */
+        uint32_t swept_used;   /* in a queue: `used` at the last partial purge */
+    };
 };
+
+_Static_assert(sizeof(struct page) == 64, "one descriptor per cache line");
 
 struct heap;
 
