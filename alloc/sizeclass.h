@@ -2,9 +2,9 @@
  * sizeclass.h - request size to size class, and back.
  *
  * Classes: 16-byte steps up to 128 B (malloc's 16-byte alignment makes
- * anything finer pointless), then four classes per power of two up to
- * 512 KiB, so a block never exceeds its request by more than 25 % (and by
- * 12.5 % on average). Classes up to SMALL_MAX live in 64 KiB pages; larger
+ * anything finer pointless), then eight classes per power of two up to
+ * 512 KiB, so a block never exceeds its request by more than 12.5 % (and
+ * by about 6 % on average). Classes up to SMALL_MAX live in 64 KiB pages; larger
  * ("medium") ones in a page spanning a whole segment, so every page holds at
  * least 7 blocks. The table for small sizes turns the fast path's class
  * lookup into one load.
@@ -16,8 +16,8 @@
 
 #define SMALL_MAX   8192u
 #define MEDIUM_MAX  (512u * 1024u)
-#define NUM_SMALL_CLASSES 32
-#define NUM_CLASSES 56
+#define NUM_SMALL_CLASSES 56
+#define NUM_CLASSES 104
 
 extern HIDDEN const uint8_t sizeclass_small_table[SMALL_MAX / 16 + 1];
 extern HIDDEN const uint32_t sizeclass_block_size[NUM_CLASSES];
@@ -47,8 +47,8 @@ static inline unsigned sizeclass_of(size_t size)
         return size == 0 ? 0 : (unsigned)((size + 15) >> 4) - 1;
     size_t s = size - 1;
     unsigned b = 63u - (unsigned)__builtin_clzl(s);
-    unsigned k = (unsigned)(s >> (b - 2)) & 3u;
-    return 8u + (b - 7u) * 4u + k;
+    unsigned k = (unsigned)(s >> (b - 3)) & 7u;
+    return 8u + (b - 7u) * 8u + k;
 }
 
 #endif
