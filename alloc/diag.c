@@ -53,15 +53,20 @@ void diag_flush(struct diag_buf *b, int fd)
     errno = saved;
 }
 
+void diag_headline(struct diag_buf *b, const char *func, const char *what, const void *p)
+{
+    diag_str(b, "tally: ");
+    diag_str(b, func);
+    diag_str(b, "(): ");
+    diag_str(b, what);
+    diag_str(b, ": pointer ");
+    diag_hex(b, (uintptr_t)p);
+}
+
 void diag_fail(const char *func, const char *what, const void *p)
 {
     struct diag_buf b = { .len = 0 };
-    diag_str(&b, "tally: ");
-    diag_str(&b, func);
-    diag_str(&b, "(): ");
-    diag_str(&b, what);
-    diag_str(&b, ": pointer ");
-    diag_hex(&b, (uintptr_t)p);
+    diag_headline(&b, func, what, p);
     diag_str(&b, " (");
     diag_str(&b, program_invocation_short_name);
     diag_str(&b, ", pid ");

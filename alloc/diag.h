@@ -16,6 +16,9 @@ HIDDEN void diag_hex(struct diag_buf *b, uintptr_t v);
 HIDDEN void diag_dec(struct diag_buf *b, uint64_t v);
 HIDDEN void diag_flush(struct diag_buf *b, int fd);
 
+/* Appends "tally: FUNC(): WHAT: pointer 0x...", every report's first words. */
+HIDDEN void diag_headline(struct diag_buf *b, const char *func, const char *what,
+                          const void *p);
 /* "tally: FUNC(): WHAT: pointer 0x... (prog, pid N)", then abort(). */
 HIDDEN __attribute__((noreturn, cold)) void diag_fail(const char *func, const char *what,
                                                      const void *p);

@@ -146,12 +146,7 @@ static void debug_error(const char *func, const char *what, const void *ptr,
 {
     int fd = report_open();
     struct diag_buf b = { .len = 0 };
-    diag_str(&b, "tally: ");
-    diag_str(&b, func);
-    diag_str(&b, "(): ");
-    diag_str(&b, what);
-    diag_str(&b, ": pointer ");
-    diag_hex(&b, (uintptr_t)ptr);
+    diag_headline(&b, func, what, ptr);
     diag_str(&b, "\n");
     if (h)
         report_block(&b, fd, h);

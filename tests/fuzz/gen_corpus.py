@@ -19,7 +19,7 @@ ZERO, TINY64, TINY128, CLASS, CLASS2, SMALL, MEDIUM, THR64, THR4K, MAX64, MIB, M
 
 # option sub-ops (op_option)
 DEBUG_ON, DEBUG_OFF, TIMING_ON, TIMING_OFF, PURGE, THRESHOLD, THRESHOLD2, MALLOPT, \
-    QUARANTINE, BACKTRACE, BAD_OPTION, GET_OPTION = range(12)
+    QUARANTINE, BACKTRACE, BAD_OPTION, LARGE_CACHE, GET_OPTION = range(13)
 
 
 def size(sel, v):
@@ -124,8 +124,22 @@ def seed_absurd(rnd):
     return p + [USABLE, 1]
 
 
+def seed_large(rnd):
+    # freed large blocks go to the warm cache; the next requests split,
+    # reuse or grow them
+    p = option(LARGE_CACHE, 2)
+    for s in range(12):
+        p += malloc(s, rnd.choice([MIB, MIBSTEP, THR4K, SEGMENT]), rnd.randrange(65536))
+    for s in range(0, 12, 2):
+        p += [FREE, s]
+    for s in range(12, 20):
+        p += malloc(s, rnd.choice([MIB, MAX64, OSPAGES]), rnd.randrange(65536))
+    p += realloc(1, 0) + realloc(3, 1) + realloc(5, 6, MIB, 999) + [TRIM, 0]
+    return p + option(LARGE_CACHE, 0) + [FREE, 7, FREE, 9] + option(LARGE_CACHE, 3)
+
+
 SEEDS = [seed_basic, seed_classes, seed_realloc, seed_aligned, seed_debug, seed_threshold,
-         seed_bulk, seed_threads, seed_absurd]
+         seed_bulk, seed_threads, seed_absurd, seed_large]
 
 
 def main():

@@ -29,6 +29,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,10 +40,9 @@
 #define WORKERS 6
 #define SLOTS   512
 
-/* A block starts with its size and a tag; the rest is filled with a byte
- * derived from both, and the last byte is checked on every hand-over. */
-struct stamp { size_t size; uint32_t tag; uint32_t kind; };
-enum { KIND_PLAIN, KIND_ZEROED };
+/* A block starts with its size and a tag; at least one more byte follows,
+ * filled with a byte derived from both, as is the last byte. */
+struct stamp { size_t size; uint64_t tag; };
 
 static _Atomic(unsigned char *) slots[SLOTS];
 static atomic_int stop_control;
@@ -65,21 +65,24 @@ static size_t pick_size(uint64_t *s)
 {
     uint32_t r = rnd(s) % 1000;
     if (r < 800)
-        return sizeof(struct stamp) + rnd(s) % 600;
+        return sizeof(struct stamp) + 1 + rnd(s) % 600;
     if (r < 970)
-        return sizeof(struct stamp) + rnd(s) % 8192;
+        return sizeof(struct stamp) + 1 + rnd(s) % 8192;
     if (r < 997)
         return 8192 + rnd(s) % (512 * 1024);
     return (1 + rnd(s) % 6) << 20;
 }
 
-static unsigned char fill_byte(const struct stamp *st) { return (unsigned char)(st->size ^ st->tag); }
+static unsigned char fill_byte(const struct stamp *st)
+{
+    return (unsigned char)(st->size ^ st->tag);
+}
 
 /* Writes the stamp, the last byte, and a little of the body: enough to
  * catch a block handed out twice without writing megabytes each time. */
-static void stamp(unsigned char *p, size_t size, uint32_t tag, uint32_t kind)
+static void stamp(unsigned char *p, size_t size, uint32_t tag)
 {
-    struct stamp st = { size, tag, kind };
+    struct stamp st = { size, tag };
     memcpy(p, &st, sizeof st);
     size_t body = size - sizeof st < 256 ? size - sizeof st : 256;
     memset(p + sizeof st, fill_byte(&st), body);
@@ -120,7 +123,7 @@ static unsigned char *alloc_one(uint64_t *s, uint32_t tag)
         atomic_fetch_add(&mismatches, 1);
         return NULL;
     }
-    stamp(p, n, tag, KIND_PLAIN);
+    stamp(p, n, tag);
     return p;
 }
 
@@ -139,7 +142,7 @@ static void consume(uint64_t *s, unsigned char *p, uint32_t tag, unsigned char *
             free(p);
             return;
         }
-        stamp(q, n, tag, KIND_PLAIN);
+        stamp(q, n, tag);
         free(*keep);
         *keep = q;
     } else {
@@ -173,13 +176,14 @@ static void *worker(void *arg)
         if (keep && rnd(&s) % 64 == 0) {     /* grow or shrink in place or move */
             struct stamp st;
             memcpy(&st, keep, sizeof st);
-            size_t n = rnd(&s) % 2 ? st.size * 2 : sizeof st + st.size / 3;
+            bool grow = rnd(&s) % 2 && st.size < (8u << 20);
+            size_t n = grow ? st.size * 2 : sizeof st + st.size / 3;
             unsigned char *q = realloc(keep, n);
             if (q) {
                 /* The stamp and the first body byte survive any move. */
                 if (memcmp(q, &st, sizeof st) != 0 || q[sizeof st] != fill_byte(&st))
                     atomic_fetch_add(&mismatches, 1);
-                stamp(q, n, tag, KIND_PLAIN);
+                stamp(q, n, tag);
                 keep = q;
             }
         }

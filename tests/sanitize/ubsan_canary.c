@@ -11,6 +11,7 @@
 #include "tally.h"
 
 static volatile int shift = 40;
+static void *volatile sink;
 
 static void on_alloc(void *p, size_t size, void *ctx)
 {
@@ -23,8 +24,10 @@ int main(void)
 {
     static const struct tally_hooks hooks = { sizeof hooks, on_alloc, NULL, NULL, NULL };
     tally_hooks_set(&hooks);
-    free(malloc(100));
-    free(malloc(777));
+    sink = malloc(100);
+    free(sink);
+    sink = malloc(777);
+    free(sink);
     printf("canary: not caught\n");
     return 0;
 }
