@@ -60,7 +60,7 @@ test-deps:
 TEST_PROGS := $(BUILD)/tests/prog_plain $(BUILD)/tests/prog_static $(BUILD)/tests/prog_cxx \
               $(BUILD)/tests/prog_overflow $(BUILD)/tests/prog_memcheck
 
-$(TEST_BIN): $(TEST_SRC) tests/helpers.h $(LIB_SO) $(LIB_TOOL) $(TEST_PROGS) | test-deps
+$(TEST_BIN): $(TEST_SRC) tests/helpers.h $(LIB_SO) $(LIB_TOOL) $(TEST_PROGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -o $@ $(TEST_SRC) alloc/sizeclass.c -L$(BUILD) -ltally -Wl,-rpath,'$$ORIGIN/..' -lcriterion -ldl
 
@@ -86,8 +86,10 @@ $(BUILD)/tests/prog_cxx: tests/progs/uses_new.cc
 	@mkdir -p $(dir $@)
 	$(CXX) -O2 -g -Wall -Wextra -Iinclude -o $@ $< -ldl
 
-test: $(TEST_BIN)
-	cd $(BUILD)/tests && TALLY_LIB=$(abspath $(LIB_SO)) ./unit --jobs 2
+# The tools first (a fresh machine), then the build, then the suite.
+test: test-deps
+	$(MAKE) $(TEST_BIN)
+	cd $(BUILD)/tests && TALLY_LIB=$(abspath $(LIB_SO)) TALLY_SRC=$(CURDIR) ./unit --jobs 2
 
 check-real: $(LIB_SO)
 	sh tests/real/check-real.sh $(abspath $(LIB_SO))
@@ -107,3 +109,5 @@ clean:
 
 include bench/bench.mk
 include tests/stress/stress.mk
+include tests/sanitize.mk
+include tests/fuzz/fuzz.mk

@@ -285,7 +285,7 @@ static struct heap *heap_acquire(void)
     pthread_mutex_lock(&heap_lock);
     struct heap *h = heap_pool;
     if (h)
-        heap_pool = h->pool_next;
+        __atomic_store_n(&heap_pool, h->pool_next, __ATOMIC_RELAXED);
     else
         h = heap_new(HEAP_ACTIVE);
     if (h)
@@ -344,14 +344,14 @@ static void heap_abandon(struct heap *h)
     pthread_mutex_lock(&heap_lock);
     h->state = HEAP_ABANDONED;
     h->pool_next = heap_pool;
-    heap_pool = h;
+    __atomic_store_n(&heap_pool, h, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&heap_lock);
 }
 
 /* Parked heaps still receive remote frees; sweep them now and then. */
 static void heap_tidy_abandoned(uint64_t now)
 {
-    if (!heap_pool || pthread_mutex_trylock(&heap_lock) != 0)
+    if (!__atomic_load_n(&heap_pool, __ATOMIC_RELAXED) || pthread_mutex_trylock(&heap_lock) != 0)
         return;
     for (struct heap *p = heap_pool; p; p = p->pool_next) {
         heap_drain_remote(p);

@@ -75,7 +75,7 @@ __attribute__((constructor(101))) static void init_at_load(void)
     options_load_env();
 }
 
-uint64_t init_purge_delay_ms(void) { return options_value[OPT_PURGE_DELAY]; }
+uint64_t init_purge_delay_ms(void) { return option(OPT_PURGE_DELAY); }
 
 bool init_secure(void) { return option(OPT_SECURE) != 0; }
 
@@ -83,6 +83,6 @@ size_t init_large_cache_bytes(void) { return (size_t)option(OPT_LARGE_CACHE); }
 
 size_t init_mmap_threshold(void)
 {
-    size_t t = (size_t)options_value[OPT_MMAP_THRESHOLD];
+    size_t t = (size_t)option(OPT_MMAP_THRESHOLD);
     return t < SMALL_MAX ? SMALL_MAX : t > MEDIUM_MAX ? MEDIUM_MAX : t;
 }

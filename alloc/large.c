@@ -81,7 +81,9 @@ void *large_alloc(size_t size, size_t align, size_t front, unsigned flags)
     if (size > PTRDIFF_MAX - offset - OS_PAGE)
         return NULL;
     size_t guard = init_secure() ? OS_PAGE : 0;
-    size_t map_size = align_up(offset + size, OS_PAGE) + guard;
+    /* At least one byte: a zero-size block placed at offset = alignment
+     * would otherwise start at the very end of its own mapping. */
+    size_t map_size = align_up(offset + (size ? size : 1), OS_PAGE) + guard;
     bool warm = base_align == SEGMENT_SIZE && !guard;
     struct large_header *h = warm ? large_take_cached(&map_size) : NULL;
     if (!h) {
@@ -90,6 +92,7 @@ void *large_alloc(size_t size, size_t align, size_t front, unsigned flags)
     }
     if (!h)
         return NULL;
+    os_mark_defined(h, offset);
     *h = (struct large_header){ LARGE_MAGIC, map_size, offset, base_align,
                                 (flags & ~LARGE_ZERO) | (guard ? LARGE_GUARD : 0) };
     if (guard)
@@ -106,9 +109,9 @@ void *large_alloc(size_t size, size_t align, size_t front, unsigned flags)
 static struct large_header *large_header_of(const void *p)
 {
     uintptr_t i = ((uintptr_t)p >> SEGMENT_SHIFT) & SEGMAP_MASK;
-    while (segmap[i] == TAG_LARGE_TAIL && i > 0)
+    while (__atomic_load_n(&segmap[i], __ATOMIC_RELAXED) == TAG_LARGE_TAIL && i > 0)
         i--;
-    if (segmap[i] != TAG_LARGE)
+    if (__atomic_load_n(&segmap[i], __ATOMIC_RELAXED) != TAG_LARGE)
         return NULL;
     struct large_header *h = (struct large_header *)(i << SEGMENT_SHIFT);
     if (h->magic != LARGE_MAGIC || (const char *)h + h->offset != p)

@@ -22,7 +22,7 @@ static struct cache_entry cache_remove(unsigned i)
     struct cache_entry e = slots[i];
     for (unsigned k = i + 1; k < count; k++)
         slots[k - 1] = slots[k];
-    count--;
+    __atomic_store_n(&count, count - 1, __ATOMIC_RELAXED);
     bytes -= e.size;
     return e;
 }
@@ -37,7 +37,8 @@ bool large_cache_put(void *base, size_t size)
     pthread_mutex_lock(&cache_lock);
     while (count && (count == LARGE_CACHE_SLOTS || bytes + size > limit))
         evicted[n_evicted++] = cache_remove(0);
-    slots[count++] = (struct cache_entry){ base, size, os_now_ms() };
+    slots[count] = (struct cache_entry){ base, size, os_now_ms() };
+    __atomic_store_n(&count, count + 1, __ATOMIC_RELAXED);
     bytes += size;
     pthread_mutex_unlock(&cache_lock);
     for (unsigned i = 0; i < n_evicted; i++)

@@ -36,6 +36,7 @@ static void *alloc_entry(size_t size, size_t align, enum hook_op op, const void 
 {
     if (unlikely(size > PTRDIFF_MAX))
         return malloc_fail();
+    init_ensure();      /* settles the modes (valgrind) before the first block */
     void *p;
     if (unlikely(hooks_on()))
         p = hooks_alloc(size, align, op, site);
@@ -52,6 +53,10 @@ static NOINLINE void *malloc_slow(size_t size, const void *site)
 EXPORT void *malloc(size_t size)
 {
     struct heap *h = tls_heap;
+    /* A plain read: the compiler folds it into the compare (a relaxed
+     * atomic load costs a separate instruction). A switch made by another
+     * thread is seen a few calls late, which is all a mode switch needs;
+     * the TSan run suppresses exactly these two reads (tests/sanitize). */
     if (likely(size < malloc_fast_limit)) {
         struct page *pg = h->direct[(size + 15) >> 4];
         struct block *b = pg->free;
@@ -84,7 +89,7 @@ static NOINLINE void free_slow(void *p, const void *site)
 
 EXPORT void free(void *p)
 {
-    if (likely((segmap_tag(p) | hooks_tag_mask) == tls_tag)) {
+    if (likely((segmap_tag(p) | hooks_tag_mask) == tls_tag)) {   /* plain: see malloc */
         struct segment *s = segment_of(p);
         struct page *pg = segment_slice_of(s, p);
         struct block *b = p;
@@ -184,7 +189,7 @@ EXPORT size_t malloc_usable_size(void *p)
 {
     if (!p)
         return 0;
-    if (raw_is_debug(p))
+    if (hooks_on() || raw_is_debug(p))
         return hooks_usable_size(p);
     return raw_usable_size(p, "malloc_usable_size");
 }

@@ -10,6 +10,11 @@
 #include "os.h"
 
 #include <sys/mman.h>
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#else
+#define VALGRIND_MAKE_MEM_DEFINED(p, n) ((void)(p), (void)(n))
+#endif
 #include <stdatomic.h>
 #include <time.h>
 
@@ -87,6 +92,11 @@ void *os_map_aligned(size_t size, size_t align)
     if (tail)
         os_unmap(aligned + size, tail);
     return aligned;
+}
+
+void os_mark_defined(void *p, size_t size)
+{
+    VALGRIND_MAKE_MEM_DEFINED(p, size);
 }
 
 void os_protect(void *p, size_t size, bool guard)

@@ -40,6 +40,11 @@ HIDDEN void  os_unmap(void *p, size_t size);
 HIDDEN void  os_purge(void *p, size_t size);
 HIDDEN void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align);
 HIDDEN void *os_move_aligned(void *p, size_t size, size_t align);
+/* Under valgrind's memcheck: tells it that tally is taking [p, p + size)
+ * back as its own memory (fresh page carving, a reused mapping's header),
+ * so earlier freed blocks' no-access marks do not cover tally's metadata.
+ * Outside valgrind it is a handful of no-op instructions on slow paths. */
+HIDDEN void os_mark_defined(void *p, size_t size);
 /* Makes [p, p + size) inaccessible (guard) or readable and writable again. */
 HIDDEN void os_protect(void *p, size_t size, bool guard);
 HIDDEN void  os_fail_after(long n);

@@ -26,6 +26,7 @@ void page_init(struct segment *s, struct page *pg, unsigned cls)
     pg->flags = 0;
     pg->start = base;
     pg->next = pg->prev = NULL;
+    os_mark_defined(base, area);
 }
 
 /* ---- held OS pages ---------------------------------------------------- */
@@ -173,7 +174,8 @@ struct block *page_extend(struct page *pg)
     if (n > left)
         n = left;
     uint8_t *first = pg->start + (size_t)pg->reserved * bs;
-    pg->reserved = (uint16_t)(pg->reserved + n);
+    /* Atomic only for other threads' validation reads (remote frees). */
+    __atomic_store_n(&pg->reserved, (uint16_t)(pg->reserved + n), __ATOMIC_RELAXED);
     if (unlikely(init_secure()) && n > 2)
         return page_extend_shuffled(pg, first, n);
     struct block *head = NULL;

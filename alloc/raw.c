@@ -66,7 +66,8 @@ static struct page *checked_page(const void *p, const char *func)
 {
     struct page *pg = segment_page_of(segment_of(p), p);
     uintptr_t off = (uintptr_t)p - (uintptr_t)pg->start;
-    if (!pg->in_use || off >= (uintptr_t)pg->reserved * pg->block_size ||
+    uint16_t reserved = __atomic_load_n(&pg->reserved, __ATOMIC_RELAXED);
+    if (!pg->in_use || off >= (uintptr_t)reserved * pg->block_size ||
         sizeclass_div((uint32_t)off, pg->cls) * pg->block_size != off)
         diag_fail(func, "invalid pointer (not the start of a block)", p);
     return pg;
@@ -156,7 +157,7 @@ void *raw_debug_block_of(const void *p)
     if (!pg->in_use || (uintptr_t)p < (uintptr_t)pg->start)
         return NULL;
     uintptr_t off = (uintptr_t)p - (uintptr_t)pg->start;
-    if (off >= (uintptr_t)pg->reserved * pg->block_size)
+    if (off >= (uintptr_t)__atomic_load_n(&pg->reserved, __ATOMIC_RELAXED) * pg->block_size)
         return NULL;
     return pg->start + (size_t)sizeclass_div((uint32_t)off, pg->cls) * pg->block_size;
 }

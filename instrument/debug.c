@@ -18,6 +18,8 @@
 #include "options.h"
 #include "report.h"
 #include "../alloc/raw.h"
+#include "../alloc/segment.h"
+#include "../alloc/os.h"
 #include "../include/tally.h"
 
 #include <execinfo.h>
@@ -57,7 +59,6 @@ static pthread_mutex_t debug_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct debug_hdr live = { .next = &live, .prev = &live };
 static struct debug_hdr quarantine = { .next = &quarantine, .prev = &quarantine };
 static size_t quarantine_bytes;
-static uint64_t secret;
 static bool used;
 
 static void debug_fork_prepare(void) { pthread_mutex_lock(&debug_lock); }
@@ -71,10 +72,6 @@ static void debug_fork_child(void)
 void debug_enable(void)
 {
     __atomic_store_n(&used, true, __ATOMIC_RELAXED);
-    if (!secret) {
-        uintptr_t stack_addr = (uintptr_t)&stack_addr;
-        secret = (stack_addr * 0x9e3779b97f4a7c15ULL) ^ (uint64_t)getpid() ^ 0x7a11ULL;
-    }
     static bool registered;
     if (!__atomic_exchange_n(&registered, true, __ATOMIC_ACQ_REL))
         pthread_atfork(debug_fork_prepare, debug_fork_parent, debug_fork_child);
@@ -94,7 +91,9 @@ size_t debug_live_blocks(void)
 
 static uint64_t hdr_check(const struct debug_hdr *h)
 {
-    uint64_t x = (uintptr_t)h ^ secret ^ ((uint64_t)h->state << 32) ^ h->size;
+    /* The free-list secret, set before any thread can allocate: a debug
+     * block made the instant debug=1 appears is checked like any other. */
+    uint64_t x = (uintptr_t)h ^ block_secret ^ 0x7a11dbe6ULL ^ ((uint64_t)h->state << 32) ^ h->size;
     return x * 0xff51afd7ed558ccdULL;
 }
 
@@ -232,6 +231,7 @@ void *debug_alloc(size_t size, size_t align, bool zero, const void *site)
     if (!p)
         return NULL;
     struct debug_hdr *h = (struct debug_hdr *)p - 1;
+    os_mark_defined(h, sizeof *h);
     memset(h, 0, sizeof *h);
     h->size = size;
     h->state = BLOCK_LIVE;

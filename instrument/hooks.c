@@ -25,7 +25,7 @@ HIDDEN size_t malloc_fast_limit = SMALL_MAX + 1;
 HIDDEN uint16_t hooks_tag_mask;
 
 static __thread bool tls_in_hook TLS_IE;
-static const struct tally_hooks *_Atomic user_hooks;
+static const struct tally_hooks *user_hooks;   /* __atomic_* access only */
 
 void hooks_update(void)
 {
@@ -81,7 +81,7 @@ static void *alloc_inner(size_t size, size_t align, enum hook_op op, const void 
 
 static size_t usable(void *p)
 {
-    return raw_is_debug(p) ? debug_usable_size(p) : raw_usable_size(p, "free");
+    return raw_is_debug(p) ? debug_usable_size(p) : raw_usable_size(p, "malloc_usable_size");
 }
 
 void *hooks_alloc(size_t size, size_t align, enum hook_op op, const void *site)
@@ -92,8 +92,9 @@ void *hooks_alloc(size_t size, size_t align, enum hook_op op, const void *site)
         vg_quiet_begin();
     void *p = outer ? alloc_inner(size, align, op, site) : plain_alloc(size, align, op);
     if (vg) {
+        size_t n = p ? usable(p) : 0;
         vg_quiet_end();
-        vg_alloc(p, p ? usable(p) : 0, op == HOOK_CALLOC);
+        vg_alloc(p, n, op == HOOK_CALLOC);
     }
     const struct tally_hooks *u = __atomic_load_n(&user_hooks, __ATOMIC_ACQUIRE);
     if (outer && u && u->on_alloc && p)
@@ -131,7 +132,9 @@ void hooks_free(void *p, const void *site)
  * each block's whole life. */
 static void *realloc_for_valgrind(void *p, size_t size, const void *site)
 {
+    vg_quiet_begin();
     size_t old = usable(p);
+    vg_quiet_end();
     void *q = hooks_alloc(size, MIN_ALIGN, HOOK_MALLOC, site);
     if (q) {
         memcpy(q, p, old < size ? old : size);
@@ -163,7 +166,15 @@ void *hooks_realloc(void *p, size_t size, const void *site)
     return q;
 }
 
-size_t hooks_usable_size(void *p) { return debug_usable_size(p); }
+size_t hooks_usable_size(void *p)
+{
+    if (!vg_running())
+        return usable(p);
+    vg_quiet_begin();
+    size_t n = usable(p);
+    vg_quiet_end();
+    return n;
+}
 
 /* Each call publishes a fresh copy, never freed: a thread may still be
  * inside the previous callbacks, and setting hooks is rare. */

@@ -37,7 +37,7 @@ static struct timing_thread *_Atomic threads;
 static __thread struct timing_thread *tls_timing TLS_IE;
 static double ns_per_tick = 1.0;
 static uint64_t overhead_ticks;
-static bool calibrated;
+static bool calibrated;      /* release-stored after the two above */
 static pthread_mutex_t calibrate_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static inline uint64_t ticks_now(void)
@@ -79,9 +79,9 @@ static void timing_calibrate(void)
 void timing_enable(void)
 {
     pthread_mutex_lock(&calibrate_lock);
-    if (!calibrated) {
+    if (!__atomic_load_n(&calibrated, __ATOMIC_RELAXED)) {
         timing_calibrate();
-        calibrated = true;
+        __atomic_store_n(&calibrated, true, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&calibrate_lock);
     __atomic_store_n(&os_time_calls, true, __ATOMIC_RELAXED);
@@ -126,6 +126,10 @@ void timing_end(const struct timing_mark *m, enum hook_op op, size_t size)
     uint64_t t1 = ticks_now();
     struct rusage ru;
     getrusage(RUSAGE_THREAD, &ru);
+    /* timing=1 becomes visible to other threads before the clock is
+     * calibrated; their first few samples are dropped, not misfiled. */
+    if (!__atomic_load_n(&calibrated, __ATOMIC_ACQUIRE))
+        return;
     struct timing_thread *t = timing_thread();
     if (!t)
         return;

@@ -1,16 +1,21 @@
 #!/bin/sh
-# Makes sure Criterion (the test framework) is installed. As root on a fresh
-# Debian machine it installs libcriterion-dev; otherwise it prints the exact
-# command to run and fails.
+# Makes sure the test tools are installed: Criterion (the test framework)
+# and valgrind (memcheck, whose header-only client requests tally compiles
+# in when present). As root on a fresh Debian machine it installs what is
+# missing; otherwise it prints the exact command to run and fails.
 set -eu
-if echo '#include <criterion/criterion.h>' | ${CC:-cc} -E -x c - >/dev/null 2>&1; then
-    exit 0
-fi
+missing=
+echo '#include <criterion/criterion.h>' | ${CC:-cc} -E -x c - >/dev/null 2>&1 ||
+    missing="$missing libcriterion-dev"
+command -v valgrind >/dev/null 2>&1 && [ -f /usr/include/valgrind/memcheck.h ] ||
+    missing="$missing valgrind"
+[ -z "$missing" ] && exit 0
 if [ "$(id -u)" = 0 ]; then
-    echo "tests: installing libcriterion-dev"
+    echo "tests: installing$missing"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libcriterion-dev >/dev/null
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
     exit 0
 fi
-echo "tests: Criterion is missing. Run: sudo apt-get install -y libcriterion-dev" >&2
+echo "tests: missing$missing. Run: sudo apt-get install -y$missing" >&2
 exit 1

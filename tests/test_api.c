@@ -270,3 +270,19 @@ Test(api, stats_struct_checks_its_size)
     cr_assert_eq(old->version, TALLY_STATS_VERSION);
     cr_assert_eq(buf[offsetof(struct tally_stats, large_count)], 0xee);
 }
+
+Test(api, zero_size_aligned_blocks_at_every_alignment)
+{
+    /* Found by the fuzzer: with size 0 and an alignment of 4 MiB, the
+     * block once started at the end of its own mapping. */
+    for (size_t a = 16; a <= ((size_t)64 << 20); a <<= 1) {
+        void *p = NULL;
+        cr_assert_eq(posix_memalign(&p, a, 0), 0, "align %zu", a);
+        cr_assert_eq((uintptr_t)p % a, 0);
+        (void)malloc_usable_size(p);
+        free(p);
+        void *q = aligned_alloc(a, 0);
+        cr_assert_not_null(q);
+        free(q);
+    }
+}

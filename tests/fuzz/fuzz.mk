@@ -70,12 +70,17 @@ $(FUZZ_BIN): tests/fuzz/fuzz_alloc.c $(FUZZ_LIB_OBJ) include/tally.h tests/fuzz/
 	    -fsanitize=fuzzer $(FUZZ_UBSAN) -o $@ tests/fuzz/fuzz_alloc.c $(FUZZ_LIB_OBJ)
 
 # The corpus copy keeps what earlier runs found; the repository's seeds are
-# never written. libFuzzer exits non-zero on a crash (a harness trap, an
-# abort from tally, UBSan), a timeout or an RSS overrun, and leaves the
-# reproducer in artifacts/.
+# never written. A crash (a harness trap, an abort from tally, UBSan), a
+# timeout or an RSS overrun fails the target: libFuzzer exits non-zero, and
+# in fork mode with -ignore_crashes, which may exit 0, any reproducer newer
+# than the run's start in artifacts/ fails it.
 fuzz: $(FUZZ_BIN)
 	@mkdir -p $(FUZZ_CORPUS) $(FUZZ_ARTIFACTS)
 	cp tests/fuzz/corpus/* $(FUZZ_CORPUS)/
+	@touch $(FUZZ_DIR)/.run-start
 	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) $(FUZZ_FLAGS) $(FUZZ_ARGS) \
-	    -artifact_prefix=$(FUZZ_ARTIFACTS) $(FUZZ_CORPUS) || \
-	    { echo "fuzz: FAILED; reproducer in $(FUZZ_ARTIFACTS) (run: $(FUZZ_BIN) FILE)" >&2; exit 1; }
+	    -artifact_prefix=$(FUZZ_ARTIFACTS) $(FUZZ_CORPUS) && \
+	    ! find $(FUZZ_ARTIFACTS) -type f -newer $(FUZZ_DIR)/.run-start | grep -q . || \
+	    { echo "fuzz: FAILED; reproducers:" >&2; \
+	      find $(FUZZ_ARTIFACTS) -type f -newer $(FUZZ_DIR)/.run-start >&2; \
+	      echo "replay one: $(FUZZ_BIN) FILE (FUZZ_ALLOC_TRACE=1 to decode it)" >&2; exit 1; }
