@@ -88,7 +88,7 @@ def run_all(args, works, allocs):
         argv = suite.command(w, args.bin_dir, args.full, args.threads)
         for rep in range(1, args.reps + 1):
             for a in allocs:
-                run = execute.run_once(measure, argv, a.path, args.timeout)
+                run = execute.run_once(measure, argv, a.path, args.timeout, a.options)
                 results.setdefault((w.name, a.name), []).append(run)
                 done += 1
                 status = (f"{run.wall_s:7.3f} s {run.maxrss_kib / 1024:8.1f} MiB"

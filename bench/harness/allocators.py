@@ -5,6 +5,8 @@ system malloc; "system" has no .so (glibc's malloc as linked). tally is
 build/libtally.so when it has been built; the peers are the Debian packages
 libjemalloc2, libmimalloc2.0 and libtcmalloc-minimal4 when installed. More
 come from BENCH_ALLOCATORS=name=/path.so,... or --alloc name=/path.so.
+A spec may end in @OPTIONS, run as TALLY_OPTIONS (semicolons for commas):
+--alloc tally-secure=build/libtally.so@secure=1 measures tally's secure mode.
 """
 
 import os
@@ -26,18 +28,20 @@ PEERS = {
 class Allocator:
     name: str
     path: Optional[str]  # None: the system malloc, nothing preloaded
+    options: Optional[str] = None  # TALLY_OPTIONS for this allocator's runs
 
 
 
 def parse_spec(spec):
-    """'name=/path.so' -> Allocator; raises ValueError on a bad spec."""
+    """'name=/path.so[@opts]' -> Allocator; raises ValueError on a bad spec."""
     name, sep, path = spec.partition("=")
+    path, _, options = path.partition("@")
     name, path = name.strip(), path.strip()
     if not sep or not name or not path:
         raise ValueError(f"allocator spec '{spec}' is not name=/path.so")
     if not os.path.isfile(path):
         raise ValueError(f"allocator {name}: no file {path}")
-    return Allocator(name, os.path.abspath(path))
+    return Allocator(name, os.path.abspath(path), options.replace(";", ",") or None)
 
 
 def discover(repo, extra_specs, only):
@@ -68,6 +72,8 @@ def discover(repo, extra_specs, only):
 
 def describe(alloc):
     """A one-line description: path and, for a Debian package, its version."""
+    if alloc.options:
+        return f"{alloc.path} with TALLY_OPTIONS={alloc.options}"
     if alloc.path is None:
         return f"glibc {os.confstr('CS_GNU_LIBC_VERSION').split()[-1]} (no preload)"
     try:

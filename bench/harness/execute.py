@@ -80,10 +80,14 @@ def _spawn(cmd, env, timeout_s):
                 err.read().decode(errors="replace"))
 
 
-def run_once(measure, argv, preload, timeout_s):
-    """One measured run of argv with `preload` (a .so path or None)."""
+def run_once(measure, argv, preload, timeout_s, options=None):
+    """One measured run of argv with `preload` (a .so path or None) and,
+    when given, TALLY_OPTIONS=options."""
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
+    env.pop("TALLY_OPTIONS", None)
+    if options:
+        env["TALLY_OPTIONS"] = options
     with tempfile.NamedTemporaryFile("r", suffix=".measure") as res:
         cmd = [measure, res.name] + (["-p", preload] if preload else []) + argv
         try:
