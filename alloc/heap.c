@@ -211,6 +211,7 @@ static struct page *heap_new_page(struct heap *h, unsigned cls)
 
 void *heap_alloc_slow(struct heap *h, unsigned cls)
 {
+    heap_flush_remote();
     heap_maybe_collect(h);
     heap_drain_remote(h);
     struct page *pg = h->current[cls];
@@ -247,14 +248,65 @@ void heap_free_owned_slow(struct heap *h, struct page *pg, struct block *b)
     heap_free_block(h, pg, b);
 }
 
-void heap_free_remote(struct heap *h, struct block *b)
+/* ---- remote frees ------------------------------------------------------
+ * A thread gathers the blocks it frees into one other heap in a short
+ * chain and hands the chain over with a single CAS: a consumer freeing a
+ * producer's blocks one by one would otherwise bounce the producer's
+ * `remote` cache line on every free. At most REMOTE_BATCH blocks wait; the
+ * chain is flushed when full, when the target heap changes, on the
+ * thread's next allocation slow path, on malloc_trim and at thread exit. */
+
+#define REMOTE_BATCH 32
+
+static __thread struct remote_batch {
+    struct heap *to;
+    struct block *head, *tail;
+    unsigned count;
+    bool registered;           /* flush-at-exit key set for this thread */
+} tls_batch TLS_IE;
+
+static pthread_key_t batch_key;
+
+void heap_flush_remote(void)
 {
-    struct block *head = atomic_load_explicit(&h->remote, memory_order_relaxed);
+    struct remote_batch *rb = &tls_batch;
+    if (!rb->count)
+        return;
+    struct block *head = atomic_load_explicit(&rb->to->remote, memory_order_relaxed);
     do {
-        block_set_next(b, head);
-    } while (!atomic_compare_exchange_weak_explicit(&h->remote, &head, b,
+        block_set_next(rb->tail, head);
+    } while (!atomic_compare_exchange_weak_explicit(&rb->to->remote, &head, rb->head,
                                                     memory_order_release,
                                                     memory_order_relaxed));
+    rb->head = rb->tail = NULL;
+    rb->count = 0;
+}
+
+static void heap_flush_at_exit(void *arg)
+{
+    (void)arg;
+    heap_flush_remote();
+}
+
+void heap_free_remote(struct heap *h, struct block *b)
+{
+    struct remote_batch *rb = &tls_batch;
+    if (rb->to != h) {
+        heap_flush_remote();
+        rb->to = h;
+    }
+    if (unlikely(!rb->registered)) {
+        /* Threads that only free (consumers) have no heap and no other
+         * exit hook: this one flushes what they gathered. */
+        rb->registered = true;
+        pthread_setspecific(batch_key, (void *)1);
+    }
+    block_set_next(b, rb->head);
+    if (!rb->head)
+        rb->tail = b;
+    rb->head = b;
+    if (++rb->count >= REMOTE_BATCH)
+        heap_flush_remote();
 }
 
 /* ---- heap life cycle ------------------------------------------------- */
@@ -362,6 +414,7 @@ static void heap_tidy_abandoned(uint64_t now)
 
 void heap_thread_exit(void *arg)
 {
+    heap_flush_remote();
     tls_heap = &heap_empty;
     tls_tag = TAG_EMPTY;
     tls_exited = true;
@@ -371,6 +424,7 @@ void heap_thread_exit(void *arg)
 void heap_process_init(void)
 {
     pthread_key_create(&heap_key, heap_thread_exit);
+    pthread_key_create(&batch_key, heap_flush_at_exit);
 }
 
 bool heap_trim(void)
@@ -378,6 +432,7 @@ bool heap_trim(void)
     struct os_counters before, after;
     os_counters_read(&before);
     atomic_fetch_add(&trim_epoch, 1);
+    heap_flush_remote();
     struct heap *h = tls_heap;
     uint64_t now = os_now_ms();
     if (h != &heap_empty) {

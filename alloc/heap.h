@@ -55,6 +55,8 @@ HIDDEN void *heap_alloc_shared(enum shared_heap_id id, unsigned cls);
 HIDDEN uint16_t heap_shared_tag(enum shared_heap_id id);
 HIDDEN void heap_free_owned_slow(struct heap *h, struct page *pg, struct block *b);
 HIDDEN void heap_free_remote(struct heap *h, struct block *b);
+/* Hands this thread's gathered remote frees to their heap. */
+HIDDEN void heap_flush_remote(void);
 HIDDEN bool heap_trim(void);
 HIDDEN void heap_thread_exit(void *arg);
 HIDDEN void heap_fork_prepare(void);

@@ -5,9 +5,11 @@
 #
 # Unit tests exercise tally through its API; this checks that it can stand in
 # for glibc malloc under large, real, allocation-heavy programs. Each workload
-# below (python3, sqlite3, git, perl, gcc) runs twice in fresh directories:
-# once plainly and once with LD_PRELOAD=libtally.so (inherited by every child
-# process: git's helpers, gcc's cc1/as/ld, ...). The workloads are
+# below (python3, sqlite3, git, perl, gcc, part of CPython's own test suite,
+# a redis server under load) runs twice in fresh directories: once plainly and
+# once with LD_PRELOAD=libtally.so (inherited by every child process: git's
+# helpers, gcc's cc1/as/ld, ...; for redis only the server is preloaded, and a
+# check makes sure its /proc/PID/maps shows libtally.so). The workloads are
 # deterministic, so stdout plus the exit status must be identical; a crash, a
 # hang (killed after $TIMEOUT s), a heap corruption that changes results, or
 # any difference counts as a failure. A first check makes sure the preload
@@ -38,28 +40,48 @@ if [ ! -f "$LIB" ]; then
 fi
 
 # ---- tools -----------------------------------------------------------------
+# install_pkgs PACKAGE...: installs the packages with apt-get as root, otherwise
+# prints the command to run and exits.
+install_pkgs() {
+    if [ "$(id -u)" = 0 ]; then
+        echo "check-real: installing $*"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+    else
+        echo "check-real: missing packages: $*. Run:" >&2
+        echo "  sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $*" >&2
+        exit 1
+    fi
+}
+# /usr/bin/python3 is Debian's python3, whose test suite is packaged (python3
+# on PATH may be another build, pyenv's for instance).
 missing=
-for tool in python3:python3 sqlite3:sqlite3 perl:perl git:git gcc:gcc \
-            size:binutils objdump:binutils nm:binutils timeout:coreutils \
-            diff:diffutils awk:mawk; do
+for tool in python3:python3 /usr/bin/python3:python3 sqlite3:sqlite3 \
+            perl:perl git:git gcc:gcc size:binutils objdump:binutils \
+            nm:binutils timeout:coreutils diff:diffutils awk:mawk \
+            redis-server:redis-server redis-cli:redis-tools \
+            redis-benchmark:redis-tools; do
     command -v "${tool%%:*}" >/dev/null 2>&1 && continue
     case " $missing " in *" ${tool#*:} "*) ;; *) missing="$missing ${tool#*:}" ;; esac
 done
-if [ -n "$missing" ]; then
-    if [ "$(id -u)" = 0 ]; then
-        echo "check-real: installing$missing"
-        apt-get update -qq
-        # shellcheck disable=SC2086
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
-    else
-        echo "check-real: missing packages:$missing. Run:" >&2
-        echo "  sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq$missing" >&2
-        exit 1
-    fi
+# shellcheck disable=SC2086
+[ -z "$missing" ] || install_pkgs $missing
+# CPython's test package (Debian: libpython3.X-testsuite, X from /usr/bin/python3).
+if ! /usr/bin/python3 -I -c 'import test.test_dict' >/dev/null 2>&1; then
+    install_pkgs "libpython$(/usr/bin/python3 -I -c 'import sys; print("%d.%d" % sys.version_info[:2])')-testsuite"
 fi
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/check-real.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+# Servers started by a workload (redis) write their pid to
+# $TMP/NAME.MODE/server.pid and remove it once they are gone; whatever is left
+# is killed on exit.
+cleanup() {
+    for f in "$TMP"/*/server.pid; do
+        [ -f "$f" ] && { kill -9 "$(cat "$f")" 2>/dev/null || :; }
+    done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
 trap 'exit 130' INT TERM
 IN=$TMP/in
 mkdir "$IN"
@@ -71,14 +93,21 @@ failed=0
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 
-# run_one MODE NAME: runs $IN/NAME.sh with `sh -eu` in a fresh directory
-# $TMP/NAME.MODE; stdout, then the exit status, go to $TMP/NAME.MODE.out,
-# stderr to $TMP/NAME.MODE.err.
+# run_one MODE NAME [server]: runs $IN/NAME.sh with `sh -eu` in a fresh
+# directory $TMP/NAME.MODE; stdout, then the exit status, go to
+# $TMP/NAME.MODE.out, stderr to $TMP/NAME.MODE.err. With "server", the script
+# itself is never preloaded: it gets SERVER_PRELOAD (empty when plain, the
+# library under tally) to preload its server with.
 run_one() {
     dir=$TMP/$2.$1
     mkdir "$dir"
     rc=0
-    if [ "$1" = tally ]; then
+    if [ "${3-}" = server ]; then
+        preload=
+        [ "$1" = tally ] && preload=$LIB
+        (cd "$dir" && SERVER_PRELOAD=$preload timeout "$TIMEOUT" sh -eu "$IN/$2.sh") \
+            >"$dir.out" 2>"$dir.err" || rc=$?
+    elif [ "$1" = tally ]; then
         (cd "$dir" && LD_PRELOAD=$LIB timeout "$TIMEOUT" sh -eu "$IN/$2.sh") \
             >"$dir.out" 2>"$dir.err" || rc=$?
     else
@@ -88,10 +117,10 @@ run_one() {
     echo "exit status $rc" >>"$dir.out"
 }
 
-# check NAME: runs workload NAME plainly and under tally and compares.
+# check NAME [server]: runs workload NAME plainly and under tally and compares.
 check() {
-    t0=$(now); run_one plain "$1"
-    t1=$(now); run_one tally "$1"
+    t0=$(now); run_one plain "$1" "${2-}"
+    t1=$(now); run_one tally "$1" "${2-}"
     t2=$(now)
     if [ "$(tail -n 1 "$TMP/$1.plain.out")" != "exit status 0" ]; then
         # The workload itself is broken here: matching output would prove nothing.
@@ -306,6 +335,152 @@ gcc gen.o -o gen
 ./gen
 EOF
 check gcc
+
+# ---- 6. CPython's own tests: dict, list, set, unicode, threading --------------
+# Debian's /usr/bin/python3 with its libpython3.X-testsuite. -v makes each
+# module report how many tests ran and were skipped; those counts, the
+# modules run and the final summary are compared (timings are cut off).
+cat >"$IN/pytest.sh" <<'EOF'
+unset PYTHONPATH PYTHONHOME PYTHONSTARTUP
+rc=0
+TMPDIR=$PWD /usr/bin/python3 -m test -v test_dict test_list test_set \
+    test_unicode test_threading >regrtest.log 2>&1 || rc=$?
+awk '
+    /^[0-9]+:[0-9][0-9]:[0-9][0-9] .*\[ *[0-9]+\/[0-9]+(\/[0-9]+)?\] test_/ {
+        match($0, /\[ *[0-9]+\/[0-9]+(\/[0-9]+)?\] test_[A-Za-z0-9_.]+/)
+        print substr($0, RSTART, RLENGTH)
+        next
+    }
+    /^Ran [0-9]+ tests? in / { sub(/ in .*/, ""); print; next }
+    /^(OK|FAILED)( \(.*\))?$/ { print; next }
+    /^== Tests result: / { summary = 1 }
+    summary && !/^Total duration: / { print }
+' regrtest.log
+exit "$rc"
+EOF
+check pytest
+
+# ---- 7. redis: a server under redis-benchmark, then its data checked ----------
+# Only redis-server is preloaded; redis-cli and redis-benchmark run plainly.
+# The server runs on a free loopback port, saves nothing and is shut down at
+# the end (or killed on any exit). Compared: all data-command replies, the
+# DEBUG DIGEST of the whole data set, the benchmark's exit status (its rates
+# go to stderr), that the server survived the load, and its exit status.
+awk 'BEGIN {
+    for (i = 1; i <= 3000; i++) {
+        v = sprintf("%*s", i * 37 % 2000 + 1, ""); gsub(/ /, substr("abcdefgh", i % 8 + 1, 1), v)
+        printf "SET str:%d %s\n", i, v
+        printf "RPUSH list:%d item-%d\n", i % 10, i
+        printf "SADD set:%d m-%d\n", i % 7, i * 13 % 1000
+        printf "HSET hash:%d f-%d v-%d\n", i % 5, i, i * i % 9973
+        printf "ZADD zset %d z-%d\n", i * 7919 % 10007, i
+        printf "INCRBY ctr %d\n", i
+        if (i % 3 == 0) printf "APPEND str:%d -tail-%d\n", i, i
+        if (i % 5 == 0) printf "DEL str:%d\n", i - 2
+        if (i % 11 == 0) printf "LPOP list:%d\n", i % 10
+        if (i % 13 == 0) printf "SREM set:%d m-%d\n", i % 7, i * 7 % 1000
+        if (i % 17 == 0) printf "HDEL hash:%d f-%d\n", i % 5, i - 5
+    }
+    print "SETRANGE big 2000000 x"
+    print "APPEND big end"
+    q = sprintf("%c", 39)
+    print "EVAL \"local t = {} for i = 1, 100000 do t[i] = tostring(i * 7) .. " q "x" q " end local s = table.concat(t, " q "," q ") return {#s, redis.sha1hex(s)}\" 0"
+}' >"$IN/redis-load.txt"
+cat >"$IN/redis-query.txt" <<'EOF'
+DBSIZE
+GET str:1
+STRLEN str:2999
+GETRANGE str:2999 -16 -1
+STRLEN str:3000
+STRLEN big
+GETRANGE big -4 -1
+LLEN list:3
+LRANGE list:3 0 20
+LRANGE list:7 -5 -1
+SCARD set:2
+SISMEMBER set:2 m-26
+HLEN hash:4
+HGET hash:4 f-2999
+HGET hash:1 f-1
+ZCARD zset
+ZRANGE zset 0 10 WITHSCORES
+ZREVRANGE zset 0 5 WITHSCORES
+GET ctr
+GET key:__rand_int__
+GET counter:__rand_int__
+LLEN mylist
+SCARD myset
+HGETALL myhash
+DEBUG DIGEST
+EOF
+cat >"$IN/redis.sh" <<'EOF'
+pid=
+trap '[ -z "$pid" ] || { kill -9 "$pid"; wait "$pid"; } 2>/dev/null || :' EXIT
+cli() { redis-cli -h 127.0.0.1 -p "$port" "$@"; }
+# alive: the server has not exited (kill -0 would also accept a zombie).
+alive() {
+    [ -r "/proc/$pid/stat" ] || return 1
+    case $(sed 's/.*) //' "/proc/$pid/stat") in [ZX]*) return 1 ;; esac
+}
+# A free port: ask the kernel for one, retry if someone takes it meanwhile.
+for try in 1 2 3 4 5; do
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    env ${SERVER_PRELOAD:+LD_PRELOAD="$SERVER_PRELOAD"} redis-server --bind 127.0.0.1 \
+        --port "$port" --save '' --appendonly no --daemonize no --dir "$PWD" \
+        --enable-debug-command local >>server.log 2>&1 &
+    pid=$!
+    echo "$pid" >server.pid
+    n=0
+    # (with a time limit: some other program may hold the port and say nothing)
+    while alive && [ "$(timeout 5 redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" != PONG ]; do
+        n=$((n + 1))
+        [ "$n" -lt 300 ] || { echo "redis-server: no answer on port $port" >&2; exit 1; }
+        sleep 0.1
+    done
+    alive && break
+    echo "redis-server exited at start (try $try, port $port)" >&2
+    wait "$pid" || :
+    pid=
+    rm -f server.pid
+done
+[ -n "$pid" ] || { echo "redis-server would not start" >&2; tail -n 20 server.log >&2; exit 1; }
+# The server answering is ours, and it is preloaded exactly when it should be.
+[ "$(cli info server | tr -d '\r' | sed -n 's/^process_id://p')" = "$pid" ] ||
+    { echo "port $port: not our redis-server" >&2; exit 1; }
+if [ -n "$SERVER_PRELOAD" ]; then
+    grep -qF "/$(basename "$SERVER_PRELOAD")" "/proc/$pid/maps" ||
+        { echo "redis-server $pid: $SERVER_PRELOAD not mapped" >&2; exit 1; }
+elif grep -q '/libtally[^/]*\.so' "/proc/$pid/maps"; then
+    echo "redis-server $pid: libtally mapped in the plain run" >&2
+    exit 1
+fi
+
+echo "load: $(cli <"$IN/redis-load.txt" | cksum)"
+rc=0
+redis-benchmark -h 127.0.0.1 -p "$port" -n 20000 -c 20 -q \
+    -t set,get,incr,lpush,lpop,sadd,hset >&2 || rc=$?
+echo "redis-benchmark exit status $rc"
+alive || { echo "redis-server died under load" >&2; exit 1; }
+echo "server alive: $(cli ping)"
+[ "$rc" -eq 0 ]
+cli <"$IN/redis-query.txt"
+cli info memory | tr -d '\r' | sed -n 's/^mem_allocator://p' >mem_allocator
+cli flushall
+cli dbsize
+echo "reload: $(cli <"$IN/redis-load.txt" | cksum)"
+cli debug digest
+cli shutdown nosave || :
+src=0
+wait "$pid" || src=$?
+pid=
+rm -f server.pid
+echo "server exit status $src"
+EOF
+check redis server
+for mode in plain tally; do
+    [ ! -s "$TMP/redis.$mode/mem_allocator" ] ||
+        echo "    redis $mode: mem_allocator $(cat "$TMP/redis.$mode/mem_allocator") (build-time name, not compared)"
+done
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
