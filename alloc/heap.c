@@ -108,29 +108,37 @@ static void heap_purge_page(struct heap *h, struct page *pg)
     segment_free(s);
 }
 
-/* A small page at most half used, that lost blocks since it was last
- * looked at, and that is not being allocated from: worth handing back the
- * OS pages that hold only free blocks. */
-static bool heap_page_sparse(const struct heap *h, const struct page *pg)
+/* Gives back the free memory inside a live page that lost blocks since
+ * the last look. Small pages: at most half used and not the page being
+ * allocated from (its free blocks are about to be reused); whole OS pages
+ * of free blocks go back. Medium pages (a class usually has just one, its
+ * current page): the inside of every free block, which costs the next user
+ * of the block only the faults of the pages it really touches. */
+static void heap_sweep_live_page(struct heap *h, struct page *pg)
 {
-    return pg->cls < NUM_SMALL_CLASSES && 2 * pg->used <= pg->reserved &&
-           pg->used < pg->swept_used && h->current[pg->cls] != pg;
+    if (pg->used >= pg->swept_used)
+        return;
+    if (pg->cls >= NUM_SMALL_CLASSES)
+        page_purge_free_blocks(pg);
+    else if (2 * pg->used <= pg->reserved && h->current[pg->cls] != pg)
+        page_purge_free_runs(pg);
+    else
+        return;                 /* not sparse yet: look again when it is */
+    pg->swept_used = pg->used;
 }
 
-/* Retires every empty page, hands back the free OS pages of sparse ones,
- * then purges pages retired for >= delay ms. */
+/* Retires every empty page, gives back free memory inside live ones, then
+ * purges pages retired for >= delay ms. */
 static void heap_collect(struct heap *h, uint64_t now, uint64_t delay)
 {
     for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
         struct page *pg = h->queue[cls].first, *next;
         for (; pg; pg = next) {
             next = pg->next;
-            if (pg->used == 0) {
+            if (pg->used == 0)
                 heap_retire_page(h, pg, now);
-            } else if (heap_page_sparse(h, pg)) {
-                page_purge_free_runs(pg);
-                pg->swept_used = pg->used;
-            }
+            else
+                heap_sweep_live_page(h, pg);
         }
     }
     for (unsigned k = 0; k < 2; k++) {

@@ -118,6 +118,26 @@ size_t page_purge_free_runs(struct page *pg)
     return purged;
 }
 
+#define PURGED_MARK 0x707572676564ULL   /* "purged", XOR-ed with the secret */
+
+size_t page_purge_free_blocks(struct page *pg)
+{
+    size_t purged = 0;
+    for (struct block *b = pg->free; b; b = block_next(b)) {
+        uintptr_t *word = (uintptr_t *)b;
+        if (word[1] == (PURGED_MARK ^ block_secret))
+            continue;
+        uintptr_t lo = align_up((uintptr_t)b + 2 * sizeof(uintptr_t), OS_PAGE);
+        uintptr_t hi = ((uintptr_t)b + pg->block_size) & ~(uintptr_t)(OS_PAGE - 1);
+        if (hi > lo) {
+            os_purge((void *)lo, hi - lo);
+            purged += hi - lo;
+        }
+        word[1] = PURGED_MARK ^ block_secret;
+    }
+    return purged;
+}
+
 /* ---- carving ------------------------------------------------------------ */
 
 static __thread uint64_t tls_rng TLS_IE;
