@@ -168,13 +168,13 @@ static void *churn(void *arg)
     return NULL;
 }
 
-Test(threads, fork_from_threaded_process_100_times, .timeout = 120)
+Test(threads, fork_from_threaded_process_1000_times, .timeout = 300)
 {
     pthread_t t[3];
     atomic_store(&stop, 0);
     for (int i = 0; i < 3; i++)
         pthread_create(&t[i], NULL, churn, NULL);
-    for (int i = 0; i < 100; i++) {
+    for (int i = 0; i < 1000; i++) {
         pid_t pid = fork();
         if (pid == 0) {
             /* The child allocates, frees, and starts a thread of its own. */
