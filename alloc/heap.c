@@ -388,12 +388,6 @@ void *heap_alloc_shared(enum shared_heap_id id, unsigned cls)
     return p;
 }
 
-uint16_t heap_shared_tag(enum shared_heap_id id)
-{
-    struct heap *h = __atomic_load_n(&shared[id].heap, __ATOMIC_ACQUIRE);
-    return h ? h->tag : TAG_NONE;
-}
-
 /* Parks h for the next new thread. Its empty pages are retired, not purged:
  * threads that come and go in quick succession hand the same warm pages to
  * each other, and the pool sweep purges them once purge_delay has passed. */

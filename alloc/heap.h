@@ -51,8 +51,6 @@ HIDDEN void heap_set_current(struct heap *h, unsigned cls, struct page *pg);
 HIDDEN void *heap_alloc_slow(struct heap *h, unsigned cls);
 /* Allocates from a lock-protected shared heap (see heap.c). */
 HIDDEN void *heap_alloc_shared(enum shared_heap_id id, unsigned cls);
-/* The shared heap's segmap tag, or TAG_NONE before its first use. */
-HIDDEN uint16_t heap_shared_tag(enum shared_heap_id id);
 HIDDEN void heap_free_owned_slow(struct heap *h, struct page *pg, struct block *b);
 HIDDEN void heap_free_remote(struct heap *h, struct block *b);
 /* Hands this thread's gathered remote frees to their heap. */

@@ -1,7 +1,7 @@
 /*
- * sizeclass.c - the class tables, computed at compile time by a generator
- * macro so the table and sizeclass_of() can never disagree (a test checks
- * every size up to MEDIUM_MAX against both).
+ * sizeclass.c - the class tables: block sizes and division magics, both
+ * generated from one list so they cannot disagree (tests/test_sizeclass.c
+ * checks sizeclass_of() and the magics for every size and offset).
  */
 #include "sizeclass.h"
 
@@ -27,17 +27,3 @@
 
 const uint32_t sizeclass_block_size[NUM_CLASSES] = { SIZECLASS_LIST(AS_SIZE) };
 const uint64_t sizeclass_div_magic[NUM_CLASSES] = { SIZECLASS_LIST(AS_MAGIC) };
-
-/* Entry i serves sizes 16*i-15 .. 16*i (entry 0 serves size 0). */
-#define C1(i)   [i] = (uint8_t)((i) <= 8 ? ((i) == 0 ? 0 : (i) - 1) : CL(16 * (i)))
-#define CL(sz)  (8 + (LOG2((sz) - 1) - 7) * 8 + ((((sz) - 1) >> (LOG2((sz) - 1) - 3)) & 7))
-#define LOG2(x) (63 - __builtin_clzl((unsigned long)(x)))
-
-#define C4(i)   C1(i), C1(i + 1), C1(i + 2), C1(i + 3)
-#define C16(i)  C4(i), C4(i + 4), C4(i + 8), C4(i + 12)
-#define C64(i)  C16(i), C16(i + 16), C16(i + 32), C16(i + 48)
-#define C256(i) C64(i), C64(i + 64), C64(i + 128), C64(i + 192)
-
-const uint8_t sizeclass_small_table[SMALL_MAX / 16 + 1] = {
-    C256(0), C256(256), C1(512),
-};

@@ -19,7 +19,6 @@
 #define NUM_SMALL_CLASSES 56
 #define NUM_CLASSES 104
 
-extern HIDDEN const uint8_t sizeclass_small_table[SMALL_MAX / 16 + 1];
 extern HIDDEN const uint32_t sizeclass_block_size[NUM_CLASSES];
 
 /* floor(off / block size of cls) without a divide: (off * magic) >> 42 is
@@ -32,12 +31,6 @@ extern HIDDEN const uint64_t sizeclass_div_magic[NUM_CLASSES];
 static inline uint32_t sizeclass_div(uint32_t off, unsigned cls)
 {
     return (uint32_t)(((uint64_t)off * sizeclass_div_magic[cls]) >> SIZECLASS_DIV_SHIFT);
-}
-
-/* Precondition: size <= SMALL_MAX. */
-static inline unsigned sizeclass_of_small(size_t size)
-{
-    return sizeclass_small_table[(size + 15) >> 4];
 }
 
 /* Precondition: size <= MEDIUM_MAX. */
