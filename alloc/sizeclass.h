@@ -4,10 +4,10 @@
  * Classes: 16-byte steps up to 128 B (malloc's 16-byte alignment makes
  * anything finer pointless), then eight classes per power of two up to
  * 512 KiB, so a block never exceeds its request by more than 12.5 % (and
- * by about 6 % on average). Classes up to SMALL_MAX live in 64 KiB pages; larger
- * ("medium") ones in a page spanning a whole segment, so every page holds at
- * least 7 blocks. The table for small sizes turns the fast path's class
- * lookup into one load.
+ * by about 6 % on average). Classes up to SMALL_MAX live in 64 KiB pages;
+ * larger ("medium") ones in a page spanning a whole segment, so every page
+ * holds at least 7 blocks. The fast path needs no class lookup at all: each
+ * heap's direct[] table maps (size + 15) / 16 straight to the class's page.
  */
 #ifndef TALLY_SIZECLASS_H
 #define TALLY_SIZECLASS_H
