@@ -34,10 +34,11 @@ void vg_free(void *p)
     if (!p)
         return;
     VALGRIND_FREELIKE_BLOCK(p, 0);
-    /* The block's first word becomes tally's free-list link, read later
-     * by other paths (remote-free drains, sweeps): keep just that word
-     * addressable and defined; the rest stays off-limits to the program. */
-    VALGRIND_MAKE_MEM_DEFINED(p, sizeof(uintptr_t));
+    /* The block's first two words become tally's: the free-list link and,
+     * in medium blocks, the purge mark, read later by other paths (drains,
+     * sweeps). Keep just those 16 bytes addressable and defined (every
+     * block has them); the rest stays off-limits to the program. */
+    VALGRIND_MAKE_MEM_DEFINED(p, 2 * sizeof(uintptr_t));
 }
 
 void vg_quiet_begin(void) { VALGRIND_DISABLE_ERROR_REPORTING; }

@@ -11,7 +11,7 @@ int main(void)
     char *volatile p = malloc(64);
     p[0] = 1;
     free(p);
-    p[20] = 1;             /* use after free (the first word is tally's link) */
+    p[20] = 1;             /* use after free (the first 16 bytes are tally's) */
     printf("done\n");
     return 0;
 }

@@ -54,7 +54,8 @@ int main(void)
     }
     char *volatile a = v[ia];
     free(v[ib]);
-    a[SIZE + 8] = 'x';                 /* overflow into the freed neighbour */
+    a[SIZE + 24] = 'x';                /* overflow into the freed neighbour, past the
+                                        * 16 bytes tally keeps for its own links */
     for (int i = 0; i < N; i++)
         if (i != ib)
             free(v[i]);
