@@ -196,3 +196,37 @@ Test(threads, fork_from_threaded_process_1000_times, .timeout = 300)
     for (int i = 0; i < 3; i++)
         pthread_join(t[i], NULL);
 }
+
+/* ---- remote frees gathered by a thread that then exits ----------------- */
+
+#include "tally.h"
+
+static void *free_them(void *arg)
+{
+    void **v = arg;
+    for (int i = 0; i < 10; i++)      /* fewer than one batch */
+        free(v[i]);
+    return NULL;
+}
+
+static uint64_t allocated_now(void)
+{
+    struct tally_stats s = { .size = sizeof s };
+    tally_stats_get(&s);
+    return s.allocated_bytes;
+}
+
+Test(threads, a_freeing_thread_hands_back_its_batch_when_it_exits)
+{
+    void *v[10];
+    malloc_trim(0);
+    uint64_t before = allocated_now();
+    for (int i = 0; i < 10; i++)
+        v[i] = malloc(3000);
+    cr_assert_geq(allocated_now() - before, 10 * 3000);
+    pthread_t t;
+    pthread_create(&t, NULL, free_them, v);
+    pthread_join(t, NULL);
+    malloc_trim(0);                   /* drains this heap's remote list */
+    cr_assert_lt((int64_t)(allocated_now() - before), 3000, "the 10 blocks came home");
+}
