@@ -163,6 +163,14 @@ static void heap_drain_remote(struct heap *h)
     }
 }
 
+/* Takes back h's remote frees, then sweeps it: what every path that puts
+ * a heap in order outside its own slow path does (exit, trim, pool sweep). */
+static void heap_tidy(struct heap *h, uint64_t now, uint64_t delay)
+{
+    heap_drain_remote(h);
+    heap_collect(h, now, delay);
+}
+
 static void heap_tidy_abandoned(uint64_t now);
 
 /* The periodic sweep, run from the allocation slow path. */
@@ -393,8 +401,7 @@ void *heap_alloc_shared(enum shared_heap_id id, unsigned cls)
  * each other, and the pool sweep purges them once purge_delay has passed. */
 static void heap_abandon(struct heap *h)
 {
-    heap_drain_remote(h);
-    heap_collect(h, os_now_ms(), init_purge_delay_ms());
+    heap_tidy(h, os_now_ms(), init_purge_delay_ms());
     pthread_mutex_lock(&heap_lock);
     h->state = HEAP_ABANDONED;
     h->pool_next = heap_pool;
@@ -402,15 +409,19 @@ static void heap_abandon(struct heap *h)
     pthread_mutex_unlock(&heap_lock);
 }
 
+/* Precondition: heap_lock held. */
+static void heap_tidy_pool(uint64_t now, uint64_t delay)
+{
+    for (struct heap *p = heap_pool; p; p = p->pool_next)
+        heap_tidy(p, now, delay);
+}
+
 /* Parked heaps still receive remote frees; sweep them now and then. */
 static void heap_tidy_abandoned(uint64_t now)
 {
     if (!__atomic_load_n(&heap_pool, __ATOMIC_RELAXED) || pthread_mutex_trylock(&heap_lock) != 0)
         return;
-    for (struct heap *p = heap_pool; p; p = p->pool_next) {
-        heap_drain_remote(p);
-        heap_collect(p, now, init_purge_delay_ms());
-    }
+    heap_tidy_pool(now, init_purge_delay_ms());
     pthread_mutex_unlock(&heap_lock);
 }
 
@@ -439,21 +450,15 @@ bool heap_trim(void)
     uint64_t now = os_now_ms();
     if (h != &heap_empty) {
         h->trim_epoch = atomic_load(&trim_epoch);
-        heap_drain_remote(h);
-        heap_collect(h, now, 0);
+        heap_tidy(h, now, 0);
     }
     pthread_mutex_lock(&heap_lock);
-    for (struct heap *p = heap_pool; p; p = p->pool_next) {
-        heap_drain_remote(p);
-        heap_collect(p, now, 0);
-    }
+    heap_tidy_pool(now, 0);
     pthread_mutex_unlock(&heap_lock);
     for (int i = 0; i < SHARED_COUNT; i++) {
         pthread_mutex_lock(&shared[i].lock);
-        if (shared[i].heap) {
-            heap_drain_remote(shared[i].heap);
-            heap_collect(shared[i].heap, now, 0);
-        }
+        if (shared[i].heap)
+            heap_tidy(shared[i].heap, now, 0);
         pthread_mutex_unlock(&shared[i].lock);
     }
     segment_cache_release();

@@ -29,6 +29,22 @@ void page_init(struct segment *s, struct page *pg, unsigned cls)
     os_mark_defined(base, area);
 }
 
+/* ---- small helpers ------------------------------------------------------ */
+
+static struct block *page_block(const struct page *pg, uint32_t i)
+{
+    return (struct block *)(pg->start + (size_t)i * pg->block_size);
+}
+
+static void list_prepend(struct block **head, struct block *b)
+{
+    block_set_next(b, *head);
+    *head = b;
+}
+
+static bool map_test(const uint64_t *map, uint32_t i) { return map[i >> 6] >> (i & 63) & 1; }
+static void map_set(uint64_t *map, uint32_t i) { map[i >> 6] |= (uint64_t)1 << (i & 63); }
+
 /* ---- held OS pages ---------------------------------------------------- */
 
 /* Whether block i overlaps an OS page in `held`. */
@@ -47,13 +63,9 @@ static NOINLINE struct block *page_unhold(struct page *pg)
     uint16_t held = pg->held;
     pg->held = 0;
     struct block *head = NULL;
-    for (uint32_t i = pg->reserved; i-- > 0;) {
-        if (block_is_held(pg, i, held)) {
-            struct block *b = (struct block *)(pg->start + (size_t)i * pg->block_size);
-            block_set_next(b, head);
-            head = b;
-        }
-    }
+    for (uint32_t i = pg->reserved; i-- > 0;)
+        if (block_is_held(pg, i, held))
+            list_prepend(&head, page_block(pg, i));
     pg->free = block_next(head);
     pg->used++;
     return head;
@@ -62,19 +74,17 @@ static NOINLINE struct block *page_unhold(struct page *pg)
 /* Marks free blocks in `map`: those on the list and those held. */
 static void page_map_free(const struct page *pg, uint64_t *map)
 {
-    for (struct block *b = pg->free; b; b = block_next(b)) {
-        uint32_t i = sizeclass_div((uint32_t)((uint8_t *)b - pg->start), pg->cls);
-        map[i >> 6] |= (uint64_t)1 << (i & 63);
-    }
+    for (struct block *b = pg->free; b; b = block_next(b))
+        map_set(map, sizeclass_div((uint32_t)((uint8_t *)b - pg->start), pg->cls));
     for (uint32_t i = 0; pg->held && i < pg->reserved; i++)
         if (block_is_held(pg, i, pg->held))
-            map[i >> 6] |= (uint64_t)1 << (i & 63);
+            map_set(map, i);
 }
 
 static bool map_all_set(const uint64_t *map, uint32_t first, uint32_t last)
 {
     for (uint32_t i = first; i <= last; i++)
-        if (!(map[i >> 6] & ((uint64_t)1 << (i & 63))))
+        if (!map_test(map, i))
             return false;
     return true;
 }
@@ -107,13 +117,9 @@ size_t page_purge_free_runs(struct page *pg)
     }
     pg->held |= fresh;
     struct block *head = NULL;
-    for (uint32_t i = n; i-- > 0;) {
-        if ((map[i >> 6] & ((uint64_t)1 << (i & 63))) && !block_is_held(pg, i, pg->held)) {
-            struct block *b = (struct block *)(pg->start + (size_t)i * bs);
-            block_set_next(b, head);
-            head = b;
-        }
-    }
+    for (uint32_t i = n; i-- > 0;)
+        if (map_test(map, i) && !block_is_held(pg, i, pg->held))
+            list_prepend(&head, page_block(pg, i));
     pg->free = head;
     return purged;
 }
@@ -155,9 +161,23 @@ static uint32_t page_random(void)
     return (uint32_t)((x * 0x2545F4914F6CDD1DULL) >> 32);
 }
 
+/* Threads blocks base + order[1..n-1] onto the (empty) free list, in that
+ * order, and returns block base + order[0], counted as used. No order
+ * means address order. */
+static struct block *page_thread_run(struct page *pg, uint32_t base, const uint16_t *order,
+                                     uint32_t n)
+{
+    struct block *head = NULL;
+    for (uint32_t i = n - 1; i >= 1; i--)
+        list_prepend(&head, page_block(pg, base + (order ? order[i] : i)));
+    pg->free = head;
+    pg->used++;
+    return page_block(pg, base + (order ? order[0] : 0));
+}
+
 /* Secure mode: the run's blocks are handed out in random order, so an
  * overflow cannot count on which block lies next to which. */
-static NOINLINE struct block *page_extend_shuffled(struct page *pg, uint8_t *first, uint32_t n)
+static NOINLINE struct block *page_extend_shuffled(struct page *pg, uint32_t base, uint32_t n)
 {
     uint16_t order[OS_PAGE / 16];
     for (uint32_t i = 0; i < n; i++)
@@ -168,45 +188,26 @@ static NOINLINE struct block *page_extend_shuffled(struct page *pg, uint8_t *fir
         order[i] = order[j];
         order[j] = t;
     }
-    struct block *head = NULL;
-    for (uint32_t i = n - 1; i >= 1; i--) {
-        struct block *b = (struct block *)(first + (size_t)order[i] * pg->block_size);
-        block_set_next(b, head);
-        head = b;
-    }
-    pg->free = head;
-    pg->used++;
-    return (struct block *)(first + (size_t)order[0] * pg->block_size);
+    return page_thread_run(pg, base, order, n);
 }
 
 /* Carves the next run of never-used blocks: returns the first (counted as
  * used) and threads the rest, up to an OS page's worth, onto the free list.
- * Precondition: pg->free == NULL and reserved < capacity. */
+ * Held blocks come back first. Precondition: pg->free == NULL, and
+ * reserved < capacity or some blocks are held. */
 struct block *page_extend(struct page *pg)
 {
-    size_t bs = pg->block_size;
-    uint32_t n = (uint32_t)(OS_PAGE / bs);
-    if (n == 0)
-        n = 1;
     if (pg->held)
         return page_unhold(pg);
+    uint32_t n = (uint32_t)(OS_PAGE / pg->block_size);
     uint32_t left = (uint32_t)(pg->capacity - pg->reserved);
-    if (n > left)
-        n = left;
-    uint8_t *first = pg->start + (size_t)pg->reserved * bs;
+    n = n == 0 ? 1 : n > left ? left : n;
+    uint32_t base = pg->reserved;
     /* Atomic only for other threads' validation reads (remote frees). */
-    __atomic_store_n(&pg->reserved, (uint16_t)(pg->reserved + n), __ATOMIC_RELAXED);
+    __atomic_store_n(&pg->reserved, (uint16_t)(base + n), __ATOMIC_RELAXED);
     if (unlikely(init_secure()) && n > 2)
-        return page_extend_shuffled(pg, first, n);
-    struct block *head = NULL;
-    for (uint32_t i = n - 1; i >= 1; i--) {
-        struct block *b = (struct block *)(first + i * bs);
-        block_set_next(b, head);
-        head = b;
-    }
-    pg->free = head;
-    pg->used++;
-    return (struct block *)first;
+        return page_extend_shuffled(pg, base, n);
+    return page_thread_run(pg, base, NULL, n);
 }
 
 void page_queue_push(struct page_queue *q, struct page *pg)
