@@ -93,7 +93,9 @@ static void heap_retire_page(struct heap *h, struct page *pg, uint64_t now)
 static void heap_purge_page(struct heap *h, struct page *pg)
 {
     struct segment *s = segment_of(pg);
-    size_t touched = align_up((size_t)pg->reserved * pg->block_size, OS_PAGE);
+    /* touched, not reserved: a page reused for another class keeps what
+     * earlier classes carved beyond this one's reach. */
+    size_t touched = align_up(pg->touched, OS_PAGE);
     if (touched)
         os_purge(pg->start, touched);
     segment_release_page(s, pg);
@@ -116,6 +118,7 @@ static void heap_purge_page(struct heap *h, struct page *pg)
  * of the block only the faults of the pages it really touches. */
 static void heap_sweep_live_page(struct heap *h, struct page *pg)
 {
+    page_purge_tail(pg);
     if (pg->used >= pg->swept_used)
         return;
     if (pg->cls >= NUM_SMALL_CLASSES)

@@ -124,6 +124,17 @@ size_t page_purge_free_runs(struct page *pg)
     return purged;
 }
 
+size_t page_purge_tail(struct page *pg)
+{
+    size_t reach = align_up((size_t)pg->reserved * pg->block_size, OS_PAGE);
+    size_t end = align_up(pg->touched, OS_PAGE);
+    if (end <= reach)
+        return 0;
+    os_purge(pg->start + reach, end - reach);
+    pg->touched = (uint32_t)reach;
+    return end - reach;
+}
+
 #define PURGED_MARK 0x707572676564ULL   /* "purged", XOR-ed with the secret */
 
 size_t page_purge_free_blocks(struct page *pg)
@@ -205,6 +216,8 @@ struct block *page_extend(struct page *pg)
     uint32_t base = pg->reserved;
     /* Atomic only for other threads' validation reads (remote frees). */
     __atomic_store_n(&pg->reserved, (uint16_t)(base + n), __ATOMIC_RELAXED);
+    if ((base + n) * pg->block_size > pg->touched)
+        pg->touched = (base + n) * pg->block_size;
     if (unlikely(init_secure()) && n > 2)
         return page_extend_shuffled(pg, base, n);
     return page_thread_run(pg, base, NULL, n);

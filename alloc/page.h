@@ -29,6 +29,9 @@ static inline bool page_has_room(const struct page *pg)
  * purged. Precondition: pg is not a heap's current page. */
 HIDDEN size_t page_purge_free_runs(struct page *pg);
 
+/* A page reused for another class: hands back what earlier classes carved
+ * beyond this class's reach. Returns the bytes purged. */
+HIDDEN size_t page_purge_tail(struct page *pg);
 /* Medium pages: hands back the OS pages inside each free block, keeping
  * the page that holds its link; the block stays on the free list and comes
  * back zero-filled. A mark in the block's second word avoids repeating

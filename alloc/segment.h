@@ -61,6 +61,8 @@ struct page {
     uint16_t index;            /* position in the segment */
     uint16_t held;             /* small pages: OS pages purged while the page
                                   lives; their (free) blocks are off the list */
+    uint32_t touched;          /* bytes from the area's start carved since it
+                                  was last purged, by this class or earlier ones */
     uint8_t *start;            /* first block */
     struct page *next, *prev;  /* class queue or retired list */
     union {

@@ -3,6 +3,7 @@
  * its own, and at once on malloc_trim(0).
  */
 #include "helpers.h"
+#include "tally.h"
 #include <criterion/criterion.h>
 #include <malloc.h>
 #include <sys/mman.h>
@@ -131,4 +132,33 @@ Test(purge, sparse_pages_return_free_os_pages_and_take_them_back)
         cr_assert_eq(v[i][SIZE - 1], i % 10 ? 0x77 : (unsigned char)(i & 0xff));
         free(v[i]);
     }
+}
+
+Test(purge, a_page_taken_over_by_another_class_gives_back_the_rest)
+{
+    /* 60 blocks of 48 KiB fill most of one medium page; once empty, the
+     * page is retired and kept warm for the delay. */
+    enum { N = 60, BIG = 48 << 10, OTHER = 9000 };
+    cr_assert_eq(tally_option_set("purge_delay", "1000"), 0);
+    void *v[N];
+    for (int i = 0; i < N; i++) {
+        v[i] = malloc(BIG);
+        memset(v[i], 0x55, BIG);
+    }
+    long full = rss_kib();
+    for (int i = 0; i < N; i++)
+        free(v[i]);
+    sleep_ms(600);                      /* the next sweep retires the page */
+    free(malloc(100));
+    /* Another medium class takes the warm page over and uses one block. */
+    unsigned char *p = malloc(OTHER);
+    memset(p, 0x66, OTHER);
+    long reused = rss_kib();
+    cr_assert_gt(reused, full - 512, "the page was kept warm: %ld -> %ld KiB", full, reused);
+    /* What the first class carved beyond the second's reach goes back. */
+    malloc_trim(0);
+    long after = rss_kib();
+    cr_assert_lt(after, full - 2048, "RSS %ld -> %ld -> %ld KiB", full, reused, after);
+    cr_assert_eq(p[OTHER - 1], 0x66);
+    free(p);
 }
