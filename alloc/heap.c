@@ -24,9 +24,10 @@
 #define HEAP_CHUNK (64 * 1024)
 
 HIDDEN struct page page_empty;
-HIDDEN struct heap heap_empty = { .direct = { [0 ... DIRECT_SLOTS - 1] = &page_empty },
-                                  .current = { [0 ... NUM_CLASSES - 1] = &page_empty },
-                                  .tag = TAG_EMPTY };
+/* Filled in by heap_empty_init, not statically: 617 pointers in .data
+ * would cost as many load-time relocations (16 KiB of .rela.dyn, mapped
+ * into every process). malloc's fast path stays shut until then. */
+HIDDEN struct heap heap_empty;
 HIDDEN struct heap *heap_table[MAX_HEAPS + 1];
 HIDDEN uint16_t heap_debug_tag = TAG_EMPTY;
 HIDDEN __thread struct heap *tls_heap TLS_IE = &heap_empty;
@@ -435,6 +436,15 @@ void heap_thread_exit(void *arg)
     tls_tag = TAG_EMPTY;
     tls_exited = true;
     heap_abandon(arg);
+}
+
+void heap_empty_init(void)
+{
+    for (unsigned i = 0; i < DIRECT_SLOTS; i++)
+        heap_empty.direct[i] = &page_empty;
+    for (unsigned i = 0; i < NUM_CLASSES; i++)
+        heap_empty.current[i] = &page_empty;
+    heap_empty.tag = TAG_EMPTY;
 }
 
 void heap_process_init(void)

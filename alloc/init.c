@@ -58,6 +58,7 @@ void init_ensure(void)
         return;
     }
     tls_initializing = true;
+    heap_empty_init();       /* before hooks_update opens malloc's fast path */
     segment_init_secret();
     options_load_env();
     hooks_update();          /* modes from TALLY_OPTIONS; valgrind detection */

@@ -14,6 +14,7 @@ HIDDEN size_t init_large_cache_bytes(void);
 HIDDEN bool init_secure(void);
 
 /* Provided by heap.c for start-up. */
+HIDDEN void heap_empty_init(void);
 HIDDEN void heap_process_init(void);
 
 #endif

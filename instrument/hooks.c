@@ -16,12 +16,15 @@
 #include "../alloc/raw.h"
 #include "../alloc/os.h"
 #include "../alloc/sizeclass.h"
+#include "../alloc/init.h"
 #include "../include/tally.h"
 
 #include <errno.h>
 #include <string.h>
 
-HIDDEN size_t malloc_fast_limit = SMALL_MAX + 1;
+/* 0 until start-up has set up the empty heap that new threads begin on;
+ * hooks_update opens it. */
+HIDDEN size_t malloc_fast_limit;
 HIDDEN uint16_t hooks_tag_mask;
 
 static __thread bool tls_in_hook TLS_IE;
@@ -180,6 +183,7 @@ size_t hooks_usable_size(void *p)
  * inside the previous callbacks, and setting hooks is rare. */
 __attribute__((visibility("default"))) int tally_hooks_set(const struct tally_hooks *hooks)
 {
+    init_ensure();              /* hooks_update must not open the fast path first */
     if (hooks && hooks->size < offsetof(struct tally_hooks, ctx) + sizeof(void *)) {
         errno = EINVAL;
         return -1;
