@@ -17,6 +17,7 @@
 #include "diag.h"
 #include "init.h"
 #include "large_cache.h"
+#include "remote.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -154,9 +155,22 @@ static void heap_collect(struct heap *h, uint64_t now, uint64_t delay)
     }
 }
 
-/* Takes every block other threads freed into h and frees it locally. */
+/* Takes every block other threads freed into h and frees it locally:
+ * whole transfer buffers (independent loads), then the rare chain of
+ * blocks pushed one by one when no buffer could be had. */
 static void heap_drain_remote(struct heap *h)
 {
+    if (atomic_load_explicit(&h->remote_bufs, memory_order_relaxed)) {
+        struct remote_buf *list = atomic_exchange_explicit(&h->remote_bufs, NULL,
+                                                           memory_order_acquire);
+        for (struct remote_buf *rb = list; rb; rb = rb->next) {
+            for (uint32_t i = 0; i < rb->count; i++) {
+                struct block *b = rb->blocks[i];
+                heap_free_block(h, segment_page_of(segment_of(b), b), b);
+            }
+        }
+        remote_recycle(list);
+    }
     if (atomic_load_explicit(&h->remote, memory_order_relaxed) == NULL)
         return;
     struct block *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
@@ -231,7 +245,7 @@ static struct page *heap_new_page(struct heap *h, unsigned cls)
 
 void *heap_alloc_slow(struct heap *h, unsigned cls)
 {
-    heap_flush_remote();
+    remote_flush();
     heap_maybe_collect(h);
     heap_drain_remote(h);
     struct page *pg = h->current[cls];
@@ -266,67 +280,6 @@ void heap_free_owned_slow(struct heap *h, struct page *pg, struct block *b)
     if (b == pg->free)
         diag_fail("free", "double free", b);
     heap_free_block(h, pg, b);
-}
-
-/* ---- remote frees ------------------------------------------------------
- * A thread gathers the blocks it frees into one other heap in a short
- * chain and hands the chain over with a single CAS: a consumer freeing a
- * producer's blocks one by one would otherwise bounce the producer's
- * `remote` cache line on every free. At most REMOTE_BATCH blocks wait; the
- * chain is flushed when full, when the target heap changes, on the
- * thread's next allocation slow path, on malloc_trim and at thread exit. */
-
-#define REMOTE_BATCH 32
-
-static __thread struct remote_batch {
-    struct heap *to;
-    struct block *head, *tail;
-    unsigned count;
-    bool registered;           /* flush-at-exit key set for this thread */
-} tls_batch TLS_IE;
-
-static pthread_key_t batch_key;
-
-void heap_flush_remote(void)
-{
-    struct remote_batch *rb = &tls_batch;
-    if (!rb->count)
-        return;
-    struct block *head = atomic_load_explicit(&rb->to->remote, memory_order_relaxed);
-    do {
-        block_set_next(rb->tail, head);
-    } while (!atomic_compare_exchange_weak_explicit(&rb->to->remote, &head, rb->head,
-                                                    memory_order_release,
-                                                    memory_order_relaxed));
-    rb->head = rb->tail = NULL;
-    rb->count = 0;
-}
-
-static void heap_flush_at_exit(void *arg)
-{
-    (void)arg;
-    heap_flush_remote();
-}
-
-void heap_free_remote(struct heap *h, struct block *b)
-{
-    struct remote_batch *rb = &tls_batch;
-    if (rb->to != h) {
-        heap_flush_remote();
-        rb->to = h;
-    }
-    if (unlikely(!rb->registered)) {
-        /* Threads that only free (consumers) have no heap and no other
-         * exit hook: this one flushes what they gathered. */
-        rb->registered = true;
-        pthread_setspecific(batch_key, (void *)1);
-    }
-    block_set_next(b, rb->head);
-    if (!rb->head)
-        rb->tail = b;
-    rb->head = b;
-    if (++rb->count >= REMOTE_BATCH)
-        heap_flush_remote();
 }
 
 /* ---- heap life cycle ------------------------------------------------- */
@@ -431,11 +384,12 @@ static void heap_tidy_abandoned(uint64_t now)
 
 void heap_thread_exit(void *arg)
 {
-    heap_flush_remote();
+    remote_flush();
     tls_heap = &heap_empty;
     tls_tag = TAG_EMPTY;
     tls_exited = true;
     heap_abandon(arg);
+    remote_thread_exit();       /* the drain above may have kept buffers */
 }
 
 void heap_empty_init(void)
@@ -450,7 +404,7 @@ void heap_empty_init(void)
 void heap_process_init(void)
 {
     pthread_key_create(&heap_key, heap_thread_exit);
-    pthread_key_create(&batch_key, heap_flush_at_exit);
+    remote_process_init();
 }
 
 bool heap_trim(void)
@@ -458,7 +412,7 @@ bool heap_trim(void)
     struct os_counters before, after;
     os_counters_read(&before);
     atomic_fetch_add(&trim_epoch, 1);
-    heap_flush_remote();
+    remote_flush();
     struct heap *h = tls_heap;
     uint64_t now = os_now_ms();
     if (h != &heap_empty) {
@@ -488,12 +442,14 @@ void heap_fork_prepare(void)
     for (int i = 0; i < SHARED_COUNT; i++)
         pthread_mutex_lock(&shared[i].lock);
     pthread_mutex_lock(&heap_lock);
+    remote_fork_prepare();
     segment_lock_all();
 }
 
 void heap_fork_parent(void)
 {
     segment_unlock_all();
+    remote_fork_parent();
     pthread_mutex_unlock(&heap_lock);
     for (int i = SHARED_COUNT - 1; i >= 0; i--)
         pthread_mutex_unlock(&shared[i].lock);
@@ -509,6 +465,7 @@ void heap_fork_child(void)
     for (int i = 0; i < SHARED_COUNT; i++)
         shared[i].lock = fresh;
     segment_reset_locks();
+    remote_fork_child();
     for (unsigned t = 1; t <= heap_count; t++) {
         struct heap *h = heap_table[t];
         if (h->state == HEAP_ACTIVE && h != tls_heap)

@@ -1,12 +1,14 @@
 /*
- * heap.h - the per-thread heap: fast-path state, slow paths, remote frees,
- * purging, and the life cycle of heaps across thread exit and fork.
+ * heap.h - the per-thread heap: fast-path state, slow paths, the drain of
+ * remote frees, purging, and the life cycle of heaps across thread exit
+ * and fork.
  *
  * Ownership: a heap is touched by exactly one thread at a time (its owner,
- * or whoever holds a shared heap's lock), except `remote`,
- * the lock-free stack other threads push freed blocks onto. Heap structs are
- * never unmapped, so a remote freer can always push, even onto a heap whose
- * thread has exited (it is drained when a new thread adopts the heap).
+ * or whoever holds a shared heap's lock), except `remote_bufs` and
+ * `remote`, the lock-free stacks other threads push freed blocks onto
+ * (remote.h). Heap structs are never unmapped, so a remote freer can always
+ * push, even onto a heap whose thread has exited (it is drained when a new
+ * thread adopts the heap).
  */
 #ifndef TALLY_HEAP_H
 #define TALLY_HEAP_H
@@ -34,8 +36,11 @@ struct heap {
     struct page_queue retired[2];         /* empty pages, oldest first */
     struct segment *segments;             /* every segment this heap owns */
     struct heap *pool_next;
-    _Alignas(64) _Atomic(struct block *) remote;
-    char pad[64 - sizeof(void *)];
+    /* Other threads' frees (remote.h): transfer buffers, and single blocks
+     * when no buffer could be had. Their own cache line. */
+    _Alignas(64) _Atomic(struct remote_buf *) remote_bufs;
+    _Atomic(struct block *) remote;
+    char pad[64 - 2 * sizeof(void *)];
 };
 
 extern HIDDEN struct page page_empty;
@@ -52,9 +57,6 @@ HIDDEN void *heap_alloc_slow(struct heap *h, unsigned cls);
 /* Allocates from a lock-protected shared heap (see heap.c). */
 HIDDEN void *heap_alloc_shared(enum shared_heap_id id, unsigned cls);
 HIDDEN void heap_free_owned_slow(struct heap *h, struct page *pg, struct block *b);
-HIDDEN void heap_free_remote(struct heap *h, struct block *b);
-/* Hands this thread's gathered remote frees to their heap. */
-HIDDEN void heap_flush_remote(void);
 HIDDEN bool heap_trim(void);
 HIDDEN void heap_thread_exit(void *arg);
 HIDDEN void heap_fork_prepare(void);

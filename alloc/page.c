@@ -26,6 +26,8 @@ void page_init(struct segment *s, struct page *pg, unsigned cls)
     pg->flags = 0;
     pg->start = base;
     pg->next = pg->prev = NULL;
+    *page_shape_of(pg) = (struct page_shape){ .start = base, .block_size = pg->block_size,
+                                              .cls = (uint8_t)cls, .in_use = 1 };
     os_mark_defined(base, area);
 }
 
@@ -214,8 +216,9 @@ struct block *page_extend(struct page *pg)
     uint32_t left = (uint32_t)(pg->capacity - pg->reserved);
     n = n == 0 ? 1 : n > left ? left : n;
     uint32_t base = pg->reserved;
-    /* Atomic only for other threads' validation reads (remote frees). */
+    /* Atomic for other threads' reads (statistics; remote frees read the shape). */
     __atomic_store_n(&pg->reserved, (uint16_t)(base + n), __ATOMIC_RELAXED);
+    __atomic_store_n(&page_shape_of(pg)->reserved, (uint16_t)(base + n), __ATOMIC_RELAXED);
     if ((base + n) * pg->block_size > pg->touched)
         pg->touched = (base + n) * pg->block_size;
     if (unlikely(init_secure()) && n > 2)

@@ -4,6 +4,7 @@
  */
 #include "raw.h"
 #include "heap.h"
+#include "remote.h"
 #include "large.h"
 #include "init.h"
 #include "diag.h"
@@ -64,13 +65,14 @@ void *raw_calloc(size_t size)
  * around to a huge value and fails the bound.) */
 static struct page *checked_page(const void *p, const char *func)
 {
-    struct page *pg = segment_page_of(segment_of(p), p);
-    uintptr_t off = (uintptr_t)p - (uintptr_t)pg->start;
-    uint16_t reserved = __atomic_load_n(&pg->reserved, __ATOMIC_RELAXED);
-    if (!pg->in_use || off >= (uintptr_t)reserved * pg->block_size ||
-        sizeclass_div((uint32_t)off, pg->cls) * pg->block_size != off)
+    struct segment *s = segment_of(p);
+    const struct page_shape *sh = segment_shape_of(s, p);
+    uintptr_t off = (uintptr_t)p - (uintptr_t)sh->start;
+    uint16_t reserved = __atomic_load_n(&sh->reserved, __ATOMIC_RELAXED);
+    if (!sh->in_use || off >= (uintptr_t)reserved * sh->block_size ||
+        sizeclass_div((uint32_t)off, sh->cls) * sh->block_size != off)
         diag_fail(func, "invalid pointer (not the start of a block)", p);
-    return pg;
+    return segment_page_of(s, p);
 }
 
 void raw_free_heap_block(void *p, uint16_t tag, const char *func)
@@ -79,7 +81,7 @@ void raw_free_heap_block(void *p, uint16_t tag, const char *func)
     if (tag == tls_tag)
         heap_free_owned_slow(tls_heap, pg, p);
     else
-        heap_free_remote(heap_table[tag], p);
+        remote_free(tag, p);
 }
 
 static uint16_t checked_tag(const void *p, const char *func)
@@ -153,13 +155,13 @@ void *raw_debug_block_of(const void *p)
     uint16_t tag = segmap_tag(p);
     if (tag != __atomic_load_n(&heap_debug_tag, __ATOMIC_RELAXED))
         return NULL;
-    struct page *pg = segment_page_of(segment_of(p), p);
-    if (!pg->in_use || (uintptr_t)p < (uintptr_t)pg->start)
+    const struct page_shape *sh = segment_shape_of(segment_of(p), p);
+    if (!sh->in_use || (uintptr_t)p < (uintptr_t)sh->start)
         return NULL;
-    uintptr_t off = (uintptr_t)p - (uintptr_t)pg->start;
-    if (off >= (uintptr_t)__atomic_load_n(&pg->reserved, __ATOMIC_RELAXED) * pg->block_size)
+    uintptr_t off = (uintptr_t)p - (uintptr_t)sh->start;
+    if (off >= (uintptr_t)__atomic_load_n(&sh->reserved, __ATOMIC_RELAXED) * sh->block_size)
         return NULL;
-    return pg->start + (size_t)sizeclass_div((uint32_t)off, pg->cls) * pg->block_size;
+    return sh->start + (size_t)sizeclass_div((uint32_t)off, sh->cls) * sh->block_size;
 }
 
 bool raw_is_debug(const void *p)

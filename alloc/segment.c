@@ -155,6 +155,7 @@ struct page *segment_take_page(struct segment *s)
 void segment_release_page(struct segment *s, struct page *pg)
 {
     uint16_t index = pg->index;
+    memset(page_shape_of(pg), 0, sizeof(struct page_shape));
     memset(pg, 0, sizeof *pg);
     pg->index = index;
     s->free_pages |= (uint64_t)1 << index;

@@ -73,6 +73,19 @@ struct page {
 
 _Static_assert(sizeof(struct page) == 64, "one descriptor per cache line");
 
+/* The part of a page's layout that other threads check a freed block
+ * against (raw.c), copied apart from the page descriptor: the owner writes
+ * its descriptor's line on every malloc and free, and a check that read it
+ * would pull that line back and forth between the two cores. A shape
+ * changes only when the page is set up, carves and is released. */
+struct page_shape {
+    uint8_t *start;
+    uint32_t block_size;
+    uint16_t reserved;         /* written with an atomic store */
+    uint8_t cls;
+    uint8_t in_use;
+};
+
 struct heap;
 
 struct segment {
@@ -86,6 +99,7 @@ struct segment {
     struct segment *next, *prev;            /* the heap's segments */
     struct segment *all_next, *all_prev;    /* every live segment (stats) */
     struct page pages[PAGES_PER_SEGMENT];
+    struct page_shape shapes[PAGES_PER_SEGMENT];
 };
 
 _Static_assert(sizeof(struct segment) <= SMALL_HEADER, "segment header too big");
@@ -117,6 +131,17 @@ static inline struct page *segment_page_of(struct segment *s, const void *p)
 static inline struct page *segment_slice_of(struct segment *s, const void *p)
 {
     return &s->pages[((uintptr_t)p >> PAGE_SHIFT) & (PAGES_PER_SEGMENT - 1)];
+}
+
+static inline struct page_shape *page_shape_of(struct page *pg)
+{
+    return &segment_of(pg)->shapes[pg->index];
+}
+
+/* The shape of p's page, found from the address alone (no descriptor read). */
+static inline struct page_shape *segment_shape_of(struct segment *s, const void *p)
+{
+    return &s->shapes[((uintptr_t)p & SEGMENT_MASK) >> s->page_shift];
 }
 
 static inline size_t page_area_size(const struct segment *s, const struct page *pg)

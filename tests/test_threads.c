@@ -230,3 +230,40 @@ Test(threads, a_freeing_thread_hands_back_its_batch_when_it_exits)
     malloc_trim(0);                   /* drains this heap's remote list */
     cr_assert_lt((int64_t)(allocated_now() - before), 3000, "the 10 blocks came home");
 }
+
+/* ---- transfer buffers come back from threads that exit ------------------ */
+
+static void *free_hundred(void *arg)
+{
+    void **v = arg;
+    for (int i = 0; i < 100; i++)     /* one full transfer buffer and a part */
+        free(v[i]);
+    return NULL;
+}
+
+static uint64_t mapped_now(void)
+{
+    struct tally_stats s = { .size = sizeof s };
+    tally_stats_get(&s);
+    return s.mapped_bytes;
+}
+
+Test(threads, exiting_freers_give_their_transfer_buffers_back, .timeout = 120)
+{
+    /* A thread takes several buffers from the pool at once; one that kept
+     * them at exit would cost 4 KiB or more a thread, 8 MiB here. */
+    void *v[100];
+    uint64_t settled = 0;
+    for (int round = 0; round < 2000; round++) {
+        for (int i = 0; i < 100; i++)
+            v[i] = malloc(64 + (size_t)(round % 4) * 16);
+        pthread_t t;
+        pthread_create(&t, NULL, free_hundred, v);
+        pthread_join(t, NULL);
+        if (round == 100)
+            settled = mapped_now();
+    }
+    uint64_t now = mapped_now();
+    cr_assert_lt(now, settled + (1u << 20), "mapped %lu -> %lu bytes",
+                 (unsigned long)settled, (unsigned long)now);
+}

@@ -1,0 +1,200 @@
+/*
+ * remote.c - transfer buffers for frees into another thread's heap (see
+ * the header): the per-thread batch, the buffer pool, the hand-over.
+ */
+#include "remote.h"
+#include "heap.h"
+#include "os.h"
+
+#include <pthread.h>
+
+#define SLOTS       4     /* target heaps a thread gathers for at once (by tag) */
+#define SPARE_MAX   16    /* empty buffers a thread keeps for itself */
+#define POOL_GRAB   8     /* buffers taken from the pool per lock */
+#define CHUNK_BYTES (64 * 1024)
+
+static __thread struct remote_batch {
+    struct heap *to[SLOTS];
+    struct remote_buf *buf[SLOTS];
+    struct remote_buf *spare;
+    unsigned spare_count;
+    bool registered;            /* exit hook set for this thread */
+} tls_batch TLS_IE;
+
+static pthread_key_t batch_key;
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct remote_buf *pool;     /* empty buffers */
+static char *chunk;                 /* where new buffers are carved */
+static size_t chunk_left;
+
+/* A thread that holds buffers needs an exit hook to hand them back: a
+ * consumer that only frees has no heap and no other hook. */
+static void batch_register(struct remote_batch *rb)
+{
+    if (likely(rb->registered))
+        return;
+    rb->registered = true;
+    pthread_setspecific(batch_key, (void *)1);
+}
+
+static void batch_exit_hook(void *arg)
+{
+    (void)arg;
+    remote_thread_exit();
+}
+
+/* ---- the pool ------------------------------------------------------------ */
+
+/* Precondition: the spare list is empty. Leaves it empty only when out of
+ * memory. */
+static void pool_refill(struct remote_batch *rb)
+{
+    pthread_mutex_lock(&pool_lock);
+    for (unsigned i = 0; i < POOL_GRAB; i++) {
+        struct remote_buf *b = pool;
+        if (b) {
+            pool = b->next;
+        } else {
+            if (chunk_left < sizeof *b) {
+                chunk = os_map(CHUNK_BYTES);
+                chunk_left = chunk ? CHUNK_BYTES : 0;
+                if (!chunk)
+                    break;
+            }
+            b = (struct remote_buf *)chunk;
+            chunk += sizeof *b;
+            chunk_left -= sizeof *b;
+        }
+        b->next = rb->spare;
+        rb->spare = b;
+        rb->spare_count++;
+    }
+    pthread_mutex_unlock(&pool_lock);
+}
+
+static void pool_give(struct remote_buf *list)
+{
+    struct remote_buf *last = list;
+    while (last->next)
+        last = last->next;
+    pthread_mutex_lock(&pool_lock);
+    last->next = pool;
+    pool = list;
+    pthread_mutex_unlock(&pool_lock);
+}
+
+static struct remote_buf *buf_take(struct remote_batch *rb)
+{
+    if (!rb->spare)
+        pool_refill(rb);
+    struct remote_buf *b = rb->spare;
+    if (b) {
+        rb->spare = b->next;
+        rb->spare_count--;
+        b->next = NULL;
+        b->count = 0;
+    }
+    return b;
+}
+
+/* ---- hand-over ----------------------------------------------------------- */
+
+static void buf_push(struct heap *h, struct remote_buf *b)
+{
+    struct remote_buf *head = atomic_load_explicit(&h->remote_bufs, memory_order_relaxed);
+    do {
+        b->next = head;
+    } while (!atomic_compare_exchange_weak_explicit(&h->remote_bufs, &head, b,
+                                                    memory_order_release,
+                                                    memory_order_relaxed));
+}
+
+/* Out of memory for buffers: the block itself carries the link. */
+static void chain_push(struct heap *h, struct block *b)
+{
+    struct block *head = atomic_load_explicit(&h->remote, memory_order_relaxed);
+    do {
+        block_set_next(b, head);
+    } while (!atomic_compare_exchange_weak_explicit(&h->remote, &head, b,
+                                                    memory_order_release,
+                                                    memory_order_relaxed));
+}
+
+void remote_free(uint16_t tag, struct block *b)
+{
+    struct remote_batch *rb = &tls_batch;
+    struct heap *h = heap_table[tag];
+    unsigned s = tag & (SLOTS - 1);
+    struct remote_buf *buf = rb->buf[s];
+    if (buf && rb->to[s] != h) {
+        buf_push(rb->to[s], buf);       /* the slot changes hands */
+        buf = NULL;
+    }
+    if (!buf) {
+        batch_register(rb);
+        buf = buf_take(rb);
+        rb->buf[s] = buf;
+        rb->to[s] = h;
+        if (!buf) {
+            chain_push(h, b);
+            return;
+        }
+    }
+    buf->blocks[buf->count++] = b;
+    if (buf->count == REMOTE_BUF_BLOCKS) {
+        buf_push(h, buf);
+        rb->buf[s] = NULL;
+    }
+}
+
+void remote_flush(void)
+{
+    struct remote_batch *rb = &tls_batch;
+    for (unsigned s = 0; s < SLOTS; s++) {
+        if (rb->buf[s]) {
+            buf_push(rb->to[s], rb->buf[s]);
+            rb->buf[s] = NULL;
+        }
+    }
+}
+
+void remote_recycle(struct remote_buf *list)
+{
+    struct remote_batch *rb = &tls_batch;
+    if (list && rb->spare_count < SPARE_MAX)
+        batch_register(rb);
+    while (list && rb->spare_count < SPARE_MAX) {
+        struct remote_buf *next = list->next;
+        list->next = rb->spare;
+        rb->spare = list;
+        rb->spare_count++;
+        list = next;
+    }
+    if (list)
+        pool_give(list);
+}
+
+void remote_thread_exit(void)
+{
+    struct remote_batch *rb = &tls_batch;
+    remote_flush();
+    if (rb->spare)
+        pool_give(rb->spare);
+    rb->spare = NULL;
+    rb->spare_count = 0;
+    /* A free in a later TLS destructor registers again, and glibc runs
+     * this hook once more. */
+    rb->registered = false;
+}
+
+/* ---- start-up and fork --------------------------------------------------- */
+
+void remote_process_init(void) { pthread_key_create(&batch_key, batch_exit_hook); }
+void remote_fork_prepare(void) { pthread_mutex_lock(&pool_lock); }
+void remote_fork_parent(void)  { pthread_mutex_unlock(&pool_lock); }
+void remote_fork_child(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    pool_lock = fresh;
+}

@@ -1,0 +1,52 @@
+/*
+ * remote.h - frees of blocks that belong to another thread's heap.
+ *
+ * The freeing thread gathers such blocks per target heap in a transfer
+ * buffer: an array of pointers, not a chain threaded through the blocks.
+ * The owner drains whole buffers. With the pointers side by side its loads
+ * are independent; walking a chain waits on one cache miss per block,
+ * since each block was last written on the freeing thread's core (that
+ * walk was 46% of the profile of a producer/consumer run).
+ *
+ * A full buffer is pushed onto the target heap's `remote_bufs` stack with
+ * one CAS. Partial buffers are pushed on the freeing thread's next
+ * allocation slow path, on malloc_trim and when the thread exits. Drained
+ * buffers stay with the draining thread for its own remote frees, up to a
+ * few; the rest go back to a global pool, which a lock guards (taken once
+ * per several buffers). If no buffer can be had (out of memory), the block
+ * goes onto the heap's `remote` chain, one CAS per block.
+ */
+#ifndef TALLY_REMOTE_H
+#define TALLY_REMOTE_H
+
+#include "segment.h"
+
+#define REMOTE_BUF_BYTES  512
+#define REMOTE_BUF_BLOCKS ((REMOTE_BUF_BYTES - 2 * sizeof(void *)) / sizeof(void *))
+
+struct remote_buf {
+    struct remote_buf *next;
+    uint32_t count;
+    struct block *blocks[REMOTE_BUF_BLOCKS];
+};
+
+_Static_assert(sizeof(struct remote_buf) == REMOTE_BUF_BYTES, "one buffer, 512 bytes");
+
+struct heap;
+
+/* Queues b, a block of the heap tagged `tag` (not the caller's), for that
+ * heap's owner. */
+HIDDEN void remote_free(uint16_t tag, struct block *b);
+/* Hands every buffer this thread filled, full or not, to its heap. */
+HIDDEN void remote_flush(void);
+/* Takes drained buffers (a list linked by `next`) back for reuse. */
+HIDDEN void remote_recycle(struct remote_buf *list);
+/* At thread exit: flush, and give the thread's spare buffers back. */
+HIDDEN void remote_thread_exit(void);
+
+HIDDEN void remote_process_init(void);
+HIDDEN void remote_fork_prepare(void);
+HIDDEN void remote_fork_parent(void);
+HIDDEN void remote_fork_child(void);
+
+#endif
