@@ -200,6 +200,7 @@ static void heap_maybe_collect(struct heap *h)
         return;
     uint64_t delay = h->trim_epoch == epoch ? init_purge_delay_ms() : 0;
     h->trim_epoch = epoch;
+    remote_flush();
     heap_collect(h, now, delay);
     h->next_collect_ms = now + (delay / 2 ? delay / 2 : 1);
     heap_tidy_abandoned(now);
@@ -245,7 +246,6 @@ static struct page *heap_new_page(struct heap *h, unsigned cls)
 
 void *heap_alloc_slow(struct heap *h, unsigned cls)
 {
-    remote_flush();
     heap_maybe_collect(h);
     heap_drain_remote(h);
     struct page *pg = h->current[cls];

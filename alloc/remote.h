@@ -9,8 +9,11 @@
  * walk was 46% of the profile of a producer/consumer run).
  *
  * A full buffer is pushed onto the target heap's `remote_bufs` stack with
- * one CAS. Partial buffers are pushed on the freeing thread's next
- * allocation slow path, on malloc_trim and when the thread exits. Drained
+ * one CAS. Partial buffers are pushed by the freeing thread's periodic
+ * sweep (every purge_delay / 2 ms of allocating), on malloc_trim and when
+ * the thread exits: pushing them on every allocation slow path sent the
+ * owner half-empty buffers and kept more blocks in flight (larson peak
+ * RSS 20.5 -> 18.9 MiB with the sweep). Drained
  * buffers stay with the draining thread for its own remote frees, up to a
  * few; the rest go back to a global pool, which a lock guards (taken once
  * per several buffers). If no buffer can be had (out of memory), the block
