@@ -136,19 +136,35 @@ static void heap_sweep_live_page(struct heap *h, struct page *pg)
  * purges pages retired for >= delay ms. */
 static void heap_collect(struct heap *h, uint64_t now, uint64_t delay)
 {
-    for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
+    /* Two speeds. Small pages: purging a sparse page's free OS pages or an
+     * empty page costs a fault per OS page when they are used again, and a
+     * churning program reuses them within tens of ms (10 ms cost rssfoot
+     * 20% and frag 28% of their time against 100 ms). Medium pages: one
+     * class holds a whole 4 MiB segment, so their free memory goes back
+     * ten times sooner (at 100 ms mstress peaked 11% higher). */
+    uint64_t medium_delay = delay / 10;
+    bool small_due = delay == 0 || now >= h->next_small_sweep_ms;
+    /* A page found empty now emptied at some point since the last sweep:
+     * date it from there, so a heap that sat idle for longer than the
+     * delay gives its empty pages back at its first sweep. */
+    uint64_t since = h->last_sweep_ms ? h->last_sweep_ms : now;
+    h->last_sweep_ms = now;
+    if (small_due)
+        h->next_small_sweep_ms = now + delay / 2;
+    for (unsigned cls = small_due ? 0 : NUM_SMALL_CLASSES; cls < NUM_CLASSES; cls++) {
         struct page *pg = h->queue[cls].first, *next;
         for (; pg; pg = next) {
             next = pg->next;
             if (pg->used == 0)
-                heap_retire_page(h, pg, now);
+                heap_retire_page(h, pg, since);
             else
                 heap_sweep_live_page(h, pg);
         }
     }
     for (unsigned k = 0; k < 2; k++) {
         struct page *pg;
-        while ((pg = h->retired[k].first) && now - pg->retired_at >= delay) {
+        uint64_t keep = k == 0 ? delay : medium_delay;
+        while ((pg = h->retired[k].first) && now - pg->retired_at >= keep) {
             page_queue_remove(&h->retired[k], pg);
             heap_purge_page(h, pg);
         }
@@ -202,7 +218,7 @@ static void heap_maybe_collect(struct heap *h)
     h->trim_epoch = epoch;
     remote_flush();
     heap_collect(h, now, delay);
-    h->next_collect_ms = now + (delay / 2 ? delay / 2 : 1);
+    h->next_collect_ms = now + (delay / 20 ? delay / 20 : 1);   /* medium_delay / 2 */
     heap_tidy_abandoned(now);
     large_cache_expire(false);
 }

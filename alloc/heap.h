@@ -31,6 +31,8 @@ struct heap {
     uint16_t tag;
     uint8_t state;
     uint64_t next_collect_ms;
+    uint64_t next_small_sweep_ms;
+    uint64_t last_sweep_ms;
     uint64_t trim_epoch;
     struct page_queue queue[NUM_CLASSES]; /* pages with room, per class */
     struct page_queue retired[2];         /* empty pages, oldest first */

@@ -18,26 +18,35 @@ extern char **environ;
 
 #define NUM(name, def, min, max, mode, doc) { name, def, min, max, false, mode, doc }
 
+/* Defaults that are not 0, named once for the table and the live values. */
+#define DEF_MMAP_THRESHOLD (512 * 1024)
+#define DEF_PURGE_DELAY    100
+#define DEF_LARGE_CACHE    (128 << 20)
+#define DEF_LEAKS          1
+#define DEF_QUARANTINE     (4 << 20)
+#define DEF_ABORT          1
+
 HIDDEN const struct option_def options_table[OPT_COUNT] = {
-    [OPT_MMAP_THRESHOLD] = NUM("mmap_threshold", 512 * 1024, 0, (uint64_t)1 << 40, false,
+    [OPT_MMAP_THRESHOLD] = NUM("mmap_threshold", DEF_MMAP_THRESHOLD, 0, (uint64_t)1 << 40, false,
                                "bytes; larger requests get their own mapping "
                                "(effective range 8 KiB .. 512 KiB)"),
-    [OPT_PURGE_DELAY] = NUM("purge_delay", 10, 0, 3600 * 1000, false,
-                            "ms an empty page is kept before its memory goes back to the OS"),
-    [OPT_LARGE_CACHE] = NUM("large_cache", 128 << 20, 0, (uint64_t)1 << 40, false,
+    [OPT_PURGE_DELAY] = NUM("purge_delay", DEF_PURGE_DELAY, 0, 3600 * 1000, false,
+                            "ms an empty small page is kept before its memory goes back to "
+                            "the OS (medium pages: a tenth of it)"),
+    [OPT_LARGE_CACHE] = NUM("large_cache", DEF_LARGE_CACHE, 0, (uint64_t)1 << 40, false,
                             "bytes of freed large blocks kept mapped for reuse (up to 1 s)"),
     [OPT_DEBUG] = NUM("debug", 0, 0, 1, true,
                       "canaries, junk/poison, quarantine, double/invalid free reports"),
     [OPT_TIMING] = NUM("timing", 0, 0, 1, true,
                        "per-call latency histograms, page faults, syscall time"),
     [OPT_STATS] = NUM("stats", 0, 0, 1, true, "print the statistics at exit"),
-    [OPT_LEAKS] = NUM("leaks", 1, 0, 1, false,
+    [OPT_LEAKS] = NUM("leaks", DEF_LEAKS, 0, 1, false,
                       "with debug=1, report live debug blocks at exit"),
-    [OPT_QUARANTINE] = NUM("quarantine", 4 << 20, 0, (uint64_t)1 << 40, false,
+    [OPT_QUARANTINE] = NUM("quarantine", DEF_QUARANTINE, 0, (uint64_t)1 << 40, false,
                            "bytes of freed debug blocks held back before reuse"),
     [OPT_BACKTRACE] = NUM("backtrace", 0, 0, 16, false,
                           "frames recorded per debug block (0: the caller only)"),
-    [OPT_ABORT] = NUM("abort", 1, 0, 1, false,
+    [OPT_ABORT] = NUM("abort", DEF_ABORT, 0, 1, false,
                       "abort on a detected error (0: report and continue)"),
     [OPT_REPORT] = { "report", 0, 0, 0, true, false,
                      "where reports go: stderr, or a file path (appended)" },
@@ -49,12 +58,12 @@ HIDDEN const struct option_def options_table[OPT_COUNT] = {
 };
 
 HIDDEN uint64_t options_value[OPT_COUNT] = {
-    [OPT_MMAP_THRESHOLD] = 512 * 1024,
-    [OPT_PURGE_DELAY] = 10,
-    [OPT_LARGE_CACHE] = 128 << 20,
-    [OPT_LEAKS] = 1,
-    [OPT_QUARANTINE] = 4 << 20,
-    [OPT_ABORT] = 1,
+    [OPT_MMAP_THRESHOLD] = DEF_MMAP_THRESHOLD,
+    [OPT_PURGE_DELAY] = DEF_PURGE_DELAY,
+    [OPT_LARGE_CACHE] = DEF_LARGE_CACHE,
+    [OPT_LEAKS] = DEF_LEAKS,
+    [OPT_QUARANTINE] = DEF_QUARANTINE,
+    [OPT_ABORT] = DEF_ABORT,
 };
 
 HIDDEN char options_report[OPTION_STRING_MAX] = "stderr";

@@ -139,7 +139,7 @@ Test(purge, a_page_taken_over_by_another_class_gives_back_the_rest)
     /* 60 blocks of 48 KiB fill most of one medium page; once empty, the
      * page is retired and kept warm for the delay. */
     enum { N = 60, BIG = 48 << 10, OTHER = 9000 };
-    cr_assert_eq(tally_option_set("purge_delay", "1000"), 0);
+    cr_assert_eq(tally_option_set("purge_delay", "10000"), 0);  /* medium: 1 s */
     void *v[N];
     for (int i = 0; i < N; i++) {
         v[i] = malloc(BIG);
@@ -161,4 +161,24 @@ Test(purge, a_page_taken_over_by_another_class_gives_back_the_rest)
     cr_assert_lt(after, full - 2048, "RSS %ld -> %ld -> %ld KiB", full, reused, after);
     cr_assert_eq(p[OTHER - 1], 0x66);
     free(p);
+}
+
+Test(purge, a_heap_idle_past_the_delay_returns_empty_pages_at_its_next_sweep)
+{
+    cr_assert_eq(tally_option_set("purge_delay", "300"), 0);
+    size_t n;
+    void **v = build(3000, &n);
+    long full = rss_kib();
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    sleep_ms(400);                      /* idle: no sweep runs */
+    /* One sweep: pages that emptied before the idle spell are dated from
+     * the last sweep, not from now, and go back at once. */
+    void *tmp[64];
+    for (int k = 0; k < 64; k++)
+        tmp[k] = malloc(2000);
+    for (int k = 0; k < 64; k++)
+        free(tmp[k]);
+    long now = rss_kib();
+    cr_assert_lt(now, full - 150 * 1024, "RSS %ld -> %ld KiB", full, now);
 }
