@@ -207,6 +207,45 @@ static void heap_tidy(struct heap *h, uint64_t now, uint64_t delay)
 
 static void heap_tidy_abandoned(uint64_t now);
 
+/* ---- kept blocks (remote.h) ------------------------------------------- */
+
+void heap_keep(struct heap *h, struct block *b, unsigned cls)
+{
+    struct page *k = &h->kept[cls];
+    if (!k->free && h->current[cls] != k)
+        heap_set_current(h, cls, k);
+    block_set_next(b, k->free);
+    k->free = b;
+    k->touched++;
+}
+
+size_t heap_kept_bytes(const struct heap *h)
+{
+    size_t bytes = 0;
+    for (unsigned cls = 0; cls < NUM_SMALL_CLASSES; cls++)
+        bytes += (size_t)(h->kept[cls].touched - h->kept[cls].used) * h->kept[cls].block_size;
+    return bytes;
+}
+
+/* Sends kept blocks home: every list, or only those nobody took from since
+ * the last sweep. */
+static void heap_release_kept(struct heap *h, bool idle_only)
+{
+    for (unsigned cls = 0; cls < NUM_SMALL_CLASSES; cls++) {
+        struct page *k = &h->kept[cls];
+        bool idle = k->used == h->kept_seen[cls];
+        h->kept_seen[cls] = k->used;
+        if (!k->free || (idle_only && !idle))
+            continue;
+        if (h->current[cls] == k)
+            heap_set_current(h, cls, &page_empty);
+        struct block *list = k->free;
+        k->free = NULL;
+        k->touched = k->used;
+        remote_send_home(list);
+    }
+}
+
 /* The periodic sweep, run from the allocation slow path. */
 static void heap_maybe_collect(struct heap *h)
 {
@@ -216,6 +255,7 @@ static void heap_maybe_collect(struct heap *h)
         return;
     uint64_t delay = h->trim_epoch == epoch ? init_purge_delay_ms() : 0;
     h->trim_epoch = epoch;
+    heap_release_kept(h, delay != 0);
     remote_flush();
     heap_collect(h, now, delay);
     h->next_collect_ms = now + (delay / 20 ? delay / 20 : 1);   /* medium_delay / 2 */
@@ -265,6 +305,12 @@ void *heap_alloc_slow(struct heap *h, unsigned cls)
     heap_maybe_collect(h);
     heap_drain_remote(h);
     struct page *pg = h->current[cls];
+    if (pg->flags & PAGE_KEPT) {
+        pg = &page_empty;               /* ran dry: back to the own pages */
+    } else if (cls < NUM_SMALL_CLASSES && h->kept[cls].free) {
+        heap_set_current(h, cls, &h->kept[cls]);
+        return heap_alloc(h, cls);
+    }
     if (pg != &page_empty) {
         if (page_has_room(pg))
             return page_pop(pg);
@@ -315,6 +361,11 @@ static struct heap *heap_new(uint8_t state)
     chunk_left -= sizeof(struct heap);
     for (unsigned i = 0; i < NUM_CLASSES; i++)
         heap_set_current(h, i, &page_empty);
+    for (unsigned i = 0; i < NUM_SMALL_CLASSES; i++) {
+        h->kept[i].flags = PAGE_KEPT;
+        h->kept[i].cls = (uint8_t)i;
+        h->kept[i].block_size = sizeclass_block_size[i];
+    }
     h->tag = (uint16_t)++heap_count;
     h->state = state;
     heap_table[h->tag] = h;
@@ -374,6 +425,8 @@ void *heap_alloc_shared(enum shared_heap_id id, unsigned cls)
  * each other, and the pool sweep purges them once purge_delay has passed. */
 static void heap_abandon(struct heap *h)
 {
+    heap_release_kept(h, false);
+    remote_flush();
     heap_tidy(h, os_now_ms(), init_purge_delay_ms());
     pthread_mutex_lock(&heap_lock);
     h->state = HEAP_ABANDONED;
@@ -433,6 +486,8 @@ bool heap_trim(void)
     uint64_t now = os_now_ms();
     if (h != &heap_empty) {
         h->trim_epoch = atomic_load(&trim_epoch);
+        heap_release_kept(h, false);
+        remote_flush();
         heap_tidy(h, now, 0);
     }
     pthread_mutex_lock(&heap_lock);

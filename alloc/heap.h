@@ -38,6 +38,11 @@ struct heap {
     struct page_queue retired[2];         /* empty pages, oldest first */
     struct segment *segments;             /* every segment this heap owns */
     struct heap *pool_next;
+    /* Adopted blocks of other heaps, per small class (remote.h): `free` is
+     * the list, `used` counts takes (by the fast path), `touched` counts
+     * blocks put on it. */
+    struct page kept[NUM_SMALL_CLASSES];
+    uint32_t kept_seen[NUM_SMALL_CLASSES];  /* kept[].used at the last sweep */
     /* Other threads' frees (remote.h): transfer buffers, and single blocks
      * when no buffer could be had. Their own cache line. */
     _Alignas(64) _Atomic(struct remote_buf *) remote_bufs;
@@ -60,6 +65,10 @@ HIDDEN void *heap_alloc_slow(struct heap *h, unsigned cls);
 HIDDEN void *heap_alloc_shared(enum shared_heap_id id, unsigned cls);
 HIDDEN void heap_free_owned_slow(struct heap *h, struct page *pg, struct block *b);
 HIDDEN bool heap_trim(void);
+/* Kept blocks (remote.h): put b, a block of another heap, on h's list for
+ * class cls; the bytes h keeps now. Callers: h's own thread. */
+HIDDEN void heap_keep(struct heap *h, struct block *b, unsigned cls);
+HIDDEN size_t heap_kept_bytes(const struct heap *h);
 HIDDEN void heap_thread_exit(void *arg);
 HIDDEN void heap_fork_prepare(void);
 HIDDEN void heap_fork_parent(void);

@@ -19,6 +19,7 @@ static __thread struct remote_batch {
     struct remote_buf *spare;
     unsigned spare_count;
     bool registered;            /* exit hook set for this thread */
+    bool sending_home;          /* remote_send_home: no adoption */
 } tls_batch TLS_IE;
 
 static pthread_key_t batch_key;
@@ -100,14 +101,54 @@ static struct remote_buf *buf_take(struct remote_batch *rb)
 
 /* ---- hand-over ----------------------------------------------------------- */
 
+/* A stale head (drained and reused meanwhile) only skews the depth, a
+ * hint; the CAS keeps the stack itself right. */
+static uint32_t buf_depth(struct remote_buf *head)
+{
+    return head ? __atomic_load_n(&head->depth, __ATOMIC_RELAXED) : 0;
+}
+
+/* Acquire on the loads of the head: its depth was written before it was
+ * pushed. */
 static void buf_push(struct heap *h, struct remote_buf *b)
 {
-    struct remote_buf *head = atomic_load_explicit(&h->remote_bufs, memory_order_relaxed);
+    struct remote_buf *head = atomic_load_explicit(&h->remote_bufs, memory_order_acquire);
     do {
         b->next = head;
+        __atomic_store_n(&b->depth, buf_depth(head) + 1, __ATOMIC_RELAXED);
     } while (!atomic_compare_exchange_weak_explicit(&h->remote_bufs, &head, b,
                                                     memory_order_release,
-                                                    memory_order_relaxed));
+                                                    memory_order_acquire));
+}
+
+/* Keeps a full buffer's blocks in the caller's own heap instead of pushing
+ * it onto h's deep stack (see the header); false to push it after all. */
+static bool buf_adopt(struct remote_batch *rb, struct heap *h, struct remote_buf *buf)
+{
+    struct heap *me = tls_heap;
+    /* The debug heap's blocks carry debug headers: never hand them out. */
+    if (rb->sending_home || me == &heap_empty ||
+        h->tag == __atomic_load_n(&heap_debug_tag, __ATOMIC_RELAXED) ||
+        buf_depth(atomic_load_explicit(&h->remote_bufs, memory_order_acquire)) <
+            REMOTE_ADOPT_DEPTH)
+        return false;
+    size_t bytes = 0;
+    for (uint32_t i = 0; i < buf->count; i++) {
+        const struct page_shape *sh = segment_shape_of(segment_of(buf->blocks[i]),
+                                                       buf->blocks[i]);
+        if (sh->cls >= NUM_SMALL_CLASSES)
+            return false;
+        bytes += sh->block_size;
+    }
+    if (heap_kept_bytes(me) + bytes > REMOTE_KEPT_MAX)
+        return false;
+    for (uint32_t i = 0; i < buf->count; i++) {
+        struct block *b = buf->blocks[i];
+        heap_keep(me, b, segment_shape_of(segment_of(b), b)->cls);
+    }
+    buf->next = NULL;
+    remote_recycle(buf);
+    return true;
 }
 
 /* Out of memory for buffers: the block itself carries the link. */
@@ -143,9 +184,22 @@ void remote_free(uint16_t tag, struct block *b)
     }
     buf->blocks[buf->count++] = b;
     if (buf->count == REMOTE_BUF_BLOCKS) {
-        buf_push(h, buf);
         rb->buf[s] = NULL;
+        if (!buf_adopt(rb, h, buf))
+            buf_push(h, buf);
     }
+}
+
+void remote_send_home(struct block *list)
+{
+    struct remote_batch *rb = &tls_batch;
+    rb->sending_home = true;
+    while (list) {
+        struct block *next = block_next(list);
+        remote_free(segmap_tag(list), list);
+        list = next;
+    }
+    rb->sending_home = false;
 }
 
 void remote_flush(void)

@@ -30,16 +30,35 @@
 struct remote_buf {
     struct remote_buf *next;
     uint32_t count;
+    uint32_t depth;            /* buffers in the stack from this one down
+                                  when it was pushed (atomic access) */
     struct block *blocks[REMOTE_BUF_BLOCKS];
 };
 
 _Static_assert(sizeof(struct remote_buf) == REMOTE_BUF_BYTES, "one buffer, 512 bytes");
+
+/* Adoption. An owner that stopped allocating (a main thread waiting in
+ * pthread_join after it built the data its workers free) never drains its
+ * stack, and what other threads free into it is stranded. When a full
+ * buffer would land on a stack already REMOTE_ADOPT_DEPTH buffers deep, the
+ * freeing thread keeps the blocks instead, on per-class lists shaped like
+ * a page (heap->kept[cls], flagged PAGE_KEPT) that become the class's
+ * current page, so its fast path hands them out before it carves anything.
+ * The owner's pages still count them as in use. At most REMOTE_KEPT_MAX
+ * bytes are kept; a list nobody took from between two sweeps goes home,
+ * and all of them do on malloc_trim and at thread exit. Checking the depth
+ * costs one load per full buffer, nothing per free. */
+#define REMOTE_ADOPT_DEPTH 8
+#define REMOTE_KEPT_MAX    (256 * 1024)
 
 struct heap;
 
 /* Queues b, a block of the heap tagged `tag` (not the caller's), for that
  * heap's owner. */
 HIDDEN void remote_free(uint16_t tag, struct block *b);
+/* Frees a chain of other heaps' blocks (kept ones going home), never
+ * adopting them back. */
+HIDDEN void remote_send_home(struct block *list);
 /* Hands every buffer this thread filled, full or not, to its heap. */
 HIDDEN void remote_flush(void);
 /* Takes drained buffers (a list linked by `next`) back for reuse. */

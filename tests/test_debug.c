@@ -235,3 +235,29 @@ Test(debug, same_binary_detects_overflow_only_with_debug_on)
     cr_assert(strstr(out, "free(): heap buffer overflow"), "%s", out);
     cr_assert(strstr(out, "prog_overflow+0x"), "site names the program: %s", out);
 }
+
+Test(debug, debug_blocks_freed_in_bulk_never_come_back_as_plain_blocks)
+{
+    /* Freeing many debug blocks sends their containers to the debug heap in
+     * transfer buffers; nobody allocates debug blocks meanwhile, so that
+     * heap's stack grows deep, which is when a freeing thread adopts the
+     * blocks instead. Debug blocks must never be adopted: handed out as
+     * plain blocks, their free would be taken for a corrupt debug free. */
+    enum { N = 3000 };
+    static void *v[N];
+    free(malloc(64));                   /* this thread has a heap */
+    cr_assert_eq(tally_option_set("quarantine", "0"), 0);   /* free at once */
+    debug_on();
+    for (int i = 0; i < N; i++)
+        v[i] = malloc(64);
+    for (int i = 0; i < N; i++)
+        free(v[i]);
+    cr_assert_eq(tally_option_set("debug", "0"), 0);
+    for (int i = 0; i < N; i++) {         /* whatever class a container had */
+        size_t size = 16 + (size_t)(i % 64) * 8;
+        v[i] = malloc(size);
+        memset(v[i], 0x3c, size);
+    }
+    for (int i = 0; i < N; i++)
+        free(v[i]);
+}

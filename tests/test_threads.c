@@ -267,3 +267,41 @@ Test(threads, exiting_freers_give_their_transfer_buffers_back, .timeout = 120)
     cr_assert_lt(now, settled + (1u << 20), "mapped %lu -> %lu bytes",
                  (unsigned long)settled, (unsigned long)now);
 }
+
+/* ---- an idle owner's blocks are adopted by the thread that frees them ---- */
+
+enum { IDLE_N = 40000, IDLE_SIZE = 256 };
+
+static void *replace_all(void *arg)
+{
+    unsigned char **v = arg;
+    for (int i = 0; i < IDLE_N; i++) {
+        cr_assert_eq(v[i][IDLE_SIZE - 1], 0x5a);
+        free(v[i]);
+        v[i] = malloc(IDLE_SIZE);
+        memset(v[i], 0x6b, IDLE_SIZE);
+    }
+    return NULL;
+}
+
+Test(threads, an_idle_owners_blocks_are_reused_by_the_thread_that_frees_them, .timeout = 60)
+{
+    /* main builds 10 MiB of blocks, then waits in join while a worker
+     * replaces every one. main never allocates meanwhile, so blocks sent
+     * home would be stranded and the worker would need 10 MiB more. */
+    static unsigned char *v[IDLE_N];
+    for (int i = 0; i < IDLE_N; i++) {
+        v[i] = malloc(IDLE_SIZE);
+        memset(v[i], 0x5a, IDLE_SIZE);
+    }
+    long before = rss_kib();
+    pthread_t t;
+    pthread_create(&t, NULL, replace_all, v);
+    pthread_join(t, NULL);
+    long grown = rss_kib() - before;
+    for (int i = 0; i < IDLE_N; i++) {
+        cr_assert_eq(v[i][0], 0x6b);
+        free(v[i]);
+    }
+    cr_assert_lt(grown, 3 * 1024, "RSS grew %ld KiB replacing 10 MiB", grown);
+}
