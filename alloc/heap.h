@@ -65,6 +65,15 @@ HIDDEN void *heap_alloc_slow(struct heap *h, unsigned cls);
 HIDDEN void *heap_alloc_shared(enum shared_heap_id id, unsigned cls);
 HIDDEN void heap_free_owned_slow(struct heap *h, struct page *pg, struct block *b);
 HIDDEN bool heap_trim(void);
+
+/* Between heap.c and heap_life.c. */
+extern HIDDEN _Atomic uint64_t heap_trim_epoch;   /* bumped by malloc_trim */
+/* Drains h's remote frees, then sweeps it with the given purge delay. */
+HIDDEN void heap_tidy(struct heap *h, uint64_t now, uint64_t delay);
+/* Sends h's kept blocks home: all, or those unused since the last sweep. */
+HIDDEN void heap_release_kept(struct heap *h, bool idle_only);
+/* Sweeps the pool of parked heaps, unless another thread is at it. */
+HIDDEN void heap_tidy_abandoned(uint64_t now);
 /* Kept blocks (remote.h): put b, a block of another heap, on h's list for
  * class cls; the bytes h keeps now. Callers: h's own thread. */
 HIDDEN void heap_keep(struct heap *h, struct block *b, unsigned cls);

@@ -1,0 +1,243 @@
+/*
+ * heap_life.c - where heaps come from and where they go: creation, the
+ * heap a thread takes on its first allocation, the pool of heaps left by
+ * exited threads (and its sweep), the shared orphan and debug heaps,
+ * malloc_trim, and fork.
+ *
+ * Heap structs are carved from 64 KiB mappings and never unmapped: other
+ * threads may push remote frees onto any heap at any time.
+ */
+#include "heap.h"
+#include "os.h"
+#include "init.h"
+#include "large_cache.h"
+#include "remote.h"
+
+#include <pthread.h>
+
+#define HEAP_CHUNK (64 * 1024)
+
+HIDDEN struct heap *heap_table[MAX_HEAPS + 1];
+HIDDEN uint16_t heap_debug_tag = TAG_EMPTY;
+HIDDEN __thread struct heap *tls_heap TLS_IE = &heap_empty;
+HIDDEN __thread uint16_t tls_tag TLS_IE = TAG_EMPTY;
+static __thread bool tls_exited TLS_IE;
+
+static pthread_mutex_t heap_lock = PTHREAD_MUTEX_INITIALIZER;   /* pool, table */
+static struct heap *heap_pool;          /* abandoned heaps, ready for reuse */
+
+/* Heaps owned by whoever holds their lock: one for threads past their exit
+ * (or beyond MAX_HEAPS), one for debug-mode blocks. No thread's tls_tag
+ * ever equals theirs, so every free of their blocks takes the slow path. */
+static struct shared_heap {
+    pthread_mutex_t lock;
+    struct heap *heap;
+} shared[SHARED_COUNT] = {
+    { PTHREAD_MUTEX_INITIALIZER, NULL },
+    { PTHREAD_MUTEX_INITIALIZER, NULL },
+};
+static unsigned heap_count;
+static struct heap *chunk_next;
+static size_t chunk_left;
+static pthread_key_t heap_key;
+HIDDEN _Atomic uint64_t heap_trim_epoch;
+
+/* ---- heap life cycle ------------------------------------------------- */
+
+/* Precondition: heap_lock held. */
+static struct heap *heap_new(uint8_t state)
+{
+    if (heap_count >= MAX_HEAPS)
+        return NULL;
+    if (chunk_left < sizeof(struct heap)) {
+        chunk_next = os_map(HEAP_CHUNK);
+        if (!chunk_next)
+            return NULL;
+        chunk_left = HEAP_CHUNK;
+    }
+    struct heap *h = chunk_next++;
+    chunk_left -= sizeof(struct heap);
+    for (unsigned i = 0; i < NUM_CLASSES; i++)
+        heap_set_current(h, i, &page_empty);
+    for (unsigned i = 0; i < NUM_SMALL_CLASSES; i++) {
+        h->kept[i].flags = PAGE_KEPT;
+        h->kept[i].cls = (uint8_t)i;
+        h->kept[i].block_size = sizeclass_block_size[i];
+    }
+    h->tag = (uint16_t)++heap_count;
+    h->state = state;
+    heap_table[h->tag] = h;
+    return h;
+}
+
+static struct heap *heap_acquire(void)
+{
+    pthread_mutex_lock(&heap_lock);
+    struct heap *h = heap_pool;
+    if (h)
+        __atomic_store_n(&heap_pool, h->pool_next, __ATOMIC_RELAXED);
+    else
+        h = heap_new(HEAP_ACTIVE);
+    if (h)
+        h->state = HEAP_ACTIVE;
+    pthread_mutex_unlock(&heap_lock);
+    if (!h)
+        return NULL;
+    tls_heap = h;
+    tls_tag = h->tag;
+    /* May allocate for high key numbers; tls_heap is already usable. */
+    pthread_setspecific(heap_key, h);
+    return h;
+}
+
+struct heap *heap_get(void)
+{
+    struct heap *h = tls_heap;
+    if (likely(h != &heap_empty))
+        return h;
+    init_ensure();
+    if (tls_exited)
+        return NULL;
+    return heap_acquire();
+}
+
+void *heap_alloc_shared(enum shared_heap_id id, unsigned cls)
+{
+    struct shared_heap *sh = &shared[id];
+    pthread_mutex_lock(&sh->lock);
+    if (!sh->heap) {
+        init_ensure();
+        pthread_mutex_lock(&heap_lock);
+        __atomic_store_n(&sh->heap, heap_new(HEAP_SHARED), __ATOMIC_RELEASE);
+        if (id == SHARED_DEBUG && sh->heap)
+            __atomic_store_n(&heap_debug_tag, sh->heap->tag, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&heap_lock);
+    }
+    void *p = sh->heap ? heap_alloc(sh->heap, cls) : NULL;
+    pthread_mutex_unlock(&sh->lock);
+    return p;
+}
+
+/* Parks h for the next new thread. Its empty pages are retired, not purged:
+ * threads that come and go in quick succession hand the same warm pages to
+ * each other, and the pool sweep purges them once purge_delay has passed. */
+static void heap_abandon(struct heap *h)
+{
+    heap_release_kept(h, false);
+    remote_flush();
+    heap_tidy(h, os_now_ms(), init_purge_delay_ms());
+    pthread_mutex_lock(&heap_lock);
+    h->state = HEAP_ABANDONED;
+    h->pool_next = heap_pool;
+    __atomic_store_n(&heap_pool, h, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&heap_lock);
+}
+
+/* Precondition: heap_lock held. */
+static void heap_tidy_pool(uint64_t now, uint64_t delay)
+{
+    for (struct heap *p = heap_pool; p; p = p->pool_next)
+        heap_tidy(p, now, delay);
+}
+
+/* Parked heaps still receive remote frees; sweep them now and then. */
+void heap_tidy_abandoned(uint64_t now)
+{
+    if (!__atomic_load_n(&heap_pool, __ATOMIC_RELAXED) || pthread_mutex_trylock(&heap_lock) != 0)
+        return;
+    heap_tidy_pool(now, init_purge_delay_ms());
+    pthread_mutex_unlock(&heap_lock);
+}
+
+void heap_thread_exit(void *arg)
+{
+    remote_flush();
+    tls_heap = &heap_empty;
+    tls_tag = TAG_EMPTY;
+    tls_exited = true;
+    heap_abandon(arg);
+    remote_thread_exit();       /* the drain above may have kept buffers */
+}
+
+void heap_empty_init(void)
+{
+    for (unsigned i = 0; i < DIRECT_SLOTS; i++)
+        heap_empty.direct[i] = &page_empty;
+    for (unsigned i = 0; i < NUM_CLASSES; i++)
+        heap_empty.current[i] = &page_empty;
+    heap_empty.tag = TAG_EMPTY;
+}
+
+void heap_process_init(void)
+{
+    pthread_key_create(&heap_key, heap_thread_exit);
+    remote_process_init();
+}
+
+bool heap_trim(void)
+{
+    struct os_counters before, after;
+    os_counters_read(&before);
+    atomic_fetch_add(&heap_trim_epoch, 1);
+    remote_flush();
+    struct heap *h = tls_heap;
+    uint64_t now = os_now_ms();
+    if (h != &heap_empty) {
+        h->trim_epoch = atomic_load(&heap_trim_epoch);
+        heap_release_kept(h, false);
+        remote_flush();
+        heap_tidy(h, now, 0);
+    }
+    pthread_mutex_lock(&heap_lock);
+    heap_tidy_pool(now, 0);
+    pthread_mutex_unlock(&heap_lock);
+    for (int i = 0; i < SHARED_COUNT; i++) {
+        pthread_mutex_lock(&shared[i].lock);
+        if (shared[i].heap)
+            heap_tidy(shared[i].heap, now, 0);
+        pthread_mutex_unlock(&shared[i].lock);
+    }
+    segment_cache_release();
+    large_cache_expire(true);
+    os_counters_read(&after);
+    return after.purged_bytes != before.purged_bytes ||
+           after.calls[OS_MUNMAP] != before.calls[OS_MUNMAP];
+}
+
+/* ---- fork --------------------------------------------------------------- */
+
+void heap_fork_prepare(void)
+{
+    for (int i = 0; i < SHARED_COUNT; i++)
+        pthread_mutex_lock(&shared[i].lock);
+    pthread_mutex_lock(&heap_lock);
+    remote_fork_prepare();
+    segment_lock_all();
+}
+
+void heap_fork_parent(void)
+{
+    segment_unlock_all();
+    remote_fork_parent();
+    pthread_mutex_unlock(&heap_lock);
+    for (int i = SHARED_COUNT - 1; i >= 0; i--)
+        pthread_mutex_unlock(&shared[i].lock);
+}
+
+/* The child has one thread. Other threads' heaps may have been mid-update
+ * when fork() ran, so they are never reused: they become zombies whose
+ * memory the child simply keeps. */
+void heap_fork_child(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    heap_lock = fresh;
+    for (int i = 0; i < SHARED_COUNT; i++)
+        shared[i].lock = fresh;
+    segment_reset_locks();
+    remote_fork_child();
+    for (unsigned t = 1; t <= heap_count; t++) {
+        struct heap *h = heap_table[t];
+        if (h->state == HEAP_ACTIVE && h != tls_heap)
+            h->state = HEAP_ZOMBIE;
+    }
+}
