@@ -201,52 +201,45 @@ Test(threads, fork_from_threaded_process_1000_times, .timeout = 300)
 
 #include "tally.h"
 
-static void *free_them(void *arg)
+/* Frees n blocks on another thread. */
+struct free_job {
+    void **v;
+    int n;
+};
+
+static void *run_free_job(void *arg)
 {
-    void **v = arg;
-    for (int i = 0; i < 10; i++)      /* fewer than one batch */
-        free(v[i]);
+    struct free_job *job = arg;
+    for (int i = 0; i < job->n; i++)
+        free(job->v[i]);
     return NULL;
 }
 
-static uint64_t allocated_now(void)
+static struct tally_stats stats_now(void)
 {
     struct tally_stats s = { .size = sizeof s };
     tally_stats_get(&s);
-    return s.allocated_bytes;
+    return s;
 }
 
 Test(threads, a_freeing_thread_hands_back_its_batch_when_it_exits)
 {
     void *v[10];
     malloc_trim(0);
-    uint64_t before = allocated_now();
+    uint64_t before = stats_now().allocated_bytes;
     for (int i = 0; i < 10; i++)
         v[i] = malloc(3000);
-    cr_assert_geq(allocated_now() - before, 10 * 3000);
+    cr_assert_geq(stats_now().allocated_bytes - before, 10 * 3000);
+    struct free_job job = { v, 10 };  /* fewer than one buffer */
     pthread_t t;
-    pthread_create(&t, NULL, free_them, v);
+    pthread_create(&t, NULL, run_free_job, &job);
     pthread_join(t, NULL);
-    malloc_trim(0);                   /* drains this heap's remote list */
-    cr_assert_lt((int64_t)(allocated_now() - before), 3000, "the 10 blocks came home");
+    malloc_trim(0);                   /* drains this heap's remote frees */
+    cr_assert_lt((int64_t)(stats_now().allocated_bytes - before), 3000,
+                 "the 10 blocks came home");
 }
 
 /* ---- transfer buffers come back from threads that exit ------------------ */
-
-static void *free_hundred(void *arg)
-{
-    void **v = arg;
-    for (int i = 0; i < 100; i++)     /* one full transfer buffer and a part */
-        free(v[i]);
-    return NULL;
-}
-
-static uint64_t mapped_now(void)
-{
-    struct tally_stats s = { .size = sizeof s };
-    tally_stats_get(&s);
-    return s.mapped_bytes;
-}
 
 Test(threads, exiting_freers_give_their_transfer_buffers_back, .timeout = 120)
 {
@@ -257,13 +250,14 @@ Test(threads, exiting_freers_give_their_transfer_buffers_back, .timeout = 120)
     for (int round = 0; round < 2000; round++) {
         for (int i = 0; i < 100; i++)
             v[i] = malloc(64 + (size_t)(round % 4) * 16);
+        struct free_job job = { v, 100 };   /* one full buffer and a part */
         pthread_t t;
-        pthread_create(&t, NULL, free_hundred, v);
+        pthread_create(&t, NULL, run_free_job, &job);
         pthread_join(t, NULL);
         if (round == 100)
-            settled = mapped_now();
+            settled = stats_now().mapped_bytes;
     }
-    uint64_t now = mapped_now();
+    uint64_t now = stats_now().mapped_bytes;
     cr_assert_lt(now, settled + (1u << 20), "mapped %lu -> %lu bytes",
                  (unsigned long)settled, (unsigned long)now);
 }
