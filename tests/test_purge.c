@@ -30,13 +30,29 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
+static void free_all(void **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+}
+
+/* Allocates as a live program would, in another class: the periodic sweep
+ * runs on the allocation slow path. */
+static void allocate_a_little(size_t size)
+{
+    void *tmp[64];
+    for (int k = 0; k < 64; k++)
+        tmp[k] = malloc(size);
+    for (int k = 0; k < 64; k++)
+        free(tmp[k]);
+}
+
 Test(purge, malloc_trim_returns_freed_small_blocks_at_once)
 {
     size_t n;
     void **v = build(1000, &n);
     long full = rss_kib();
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
+    free_all(v, n);
     cr_assert_eq(malloc_trim(0), 1, "something was released");
     long trimmed = rss_kib();
     cr_assert_lt(trimmed, full - 150 * 1024, "RSS %ld -> %ld KiB", full, trimmed);
@@ -47,17 +63,10 @@ Test(purge, empty_pages_are_purged_after_the_delay_without_trim)
     size_t n;
     void **v = build(3000, &n);
     long full = rss_kib();
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
-    /* Keep allocating something else, as a live program would; the
-     * periodic sweep runs on the allocation slow path. */
+    free_all(v, n);
     long now = full;
     for (int round = 0; round < 200 && now > full - 150 * 1024; round++) {
-        void *tmp[64];
-        for (int k = 0; k < 64; k++)
-            tmp[k] = malloc(2000);
-        for (int k = 0; k < 64; k++)
-            free(tmp[k]);
+        allocate_a_little(2000);
         sleep_ms(5);
         now = rss_kib();
     }
@@ -69,8 +78,7 @@ Test(purge, medium_blocks_are_returned_too)
     size_t n;
     void **v = build(100000, &n);
     long full = rss_kib();
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
+    free_all(v, n);
     malloc_trim(0);
     cr_assert_lt(rss_kib(), full - 150 * 1024);
 }
@@ -109,11 +117,7 @@ Test(purge, sparse_pages_return_free_os_pages_and_take_them_back)
     }
     long now = full;
     for (int round = 0; round < 200 && now > full / 2; round++) {
-        void *tmp[64];
-        for (int k = 0; k < 64; k++)
-            tmp[k] = malloc(3000);       /* another class: runs the sweep */
-        for (int k = 0; k < 64; k++)
-            free(tmp[k]);
+        allocate_a_little(3000);
         sleep_ms(5);
         now = rss_kib();
     }
@@ -169,16 +173,11 @@ Test(purge, a_heap_idle_past_the_delay_returns_empty_pages_at_its_next_sweep)
     size_t n;
     void **v = build(3000, &n);
     long full = rss_kib();
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
+    free_all(v, n);
     sleep_ms(400);                      /* idle: no sweep runs */
     /* One sweep: pages that emptied before the idle spell are dated from
      * the last sweep, not from now, and go back at once. */
-    void *tmp[64];
-    for (int k = 0; k < 64; k++)
-        tmp[k] = malloc(2000);
-    for (int k = 0; k < 64; k++)
-        free(tmp[k]);
+    allocate_a_little(2000);
     long now = rss_kib();
     cr_assert_lt(now, full - 150 * 1024, "RSS %ld -> %ld KiB", full, now);
 }
