@@ -277,14 +277,13 @@ static struct page *heap_new_page(struct heap *h, unsigned cls)
 void *heap_alloc_slow(struct heap *h, unsigned cls)
 {
     struct page *pg = h->current[cls];
-    /* Still carving the current page: its next blocks, without the clock,
-     * the sweep or the drain. Carving goes an OS page at a time (the first
-     * block of a fresh one alone), so this is half the calls for 1 KiB
-     * blocks; the rest of the slow path comes once the page is carved, at
-     * most 32 calls later. */
-    if (pg->reserved < pg->capacity && !(pg->flags & PAGE_KEPT) &&
-        !(cls < NUM_SMALL_CLASSES && h->kept[cls].free))
-        return page_pop(pg);
+    /* Still carving the current page: carving goes an OS page at a time
+     * (the first block of a fresh one alone), so this is half the calls for
+     * 1 KiB blocks; the rest of the slow path comes once the page is
+     * carved, at most 32 calls later. */
+    void *carved = heap_carve_current(h, pg);
+    if (carved)
+        return carved;
     heap_maybe_collect(h);
     heap_drain_remote(h);
     if (pg->flags & PAGE_KEPT) {

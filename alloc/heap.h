@@ -84,6 +84,18 @@ HIDDEN void heap_fork_parent(void);
 HIDDEN void heap_fork_child(void);
 
 /* Allocates from h's current page for cls, else takes the slow path. */
+/* The first step of the slow path: a page still being carved carves its
+ * next run (page.c), without the sweep, the clock or the drain; kept
+ * blocks of the class come first. NULL when that does not apply.
+ * Precondition: pg is h's current page of its class and its list is empty. */
+static inline void *heap_carve_current(struct heap *h, struct page *pg)
+{
+    if (pg->reserved < pg->capacity && !(pg->flags & PAGE_KEPT) &&
+        !(pg->cls < NUM_SMALL_CLASSES && h->kept[pg->cls].free))
+        return page_extend(pg);
+    return NULL;
+}
+
 static inline void *heap_alloc(struct heap *h, unsigned cls)
 {
     struct page *pg = h->current[cls];
