@@ -197,7 +197,7 @@ size_t heap_kept_bytes(const struct heap *h)
 {
     size_t bytes = 0;
     for (unsigned cls = 0; cls < NUM_SMALL_CLASSES; cls++)
-        bytes += (size_t)(h->kept[cls].touched - h->kept[cls].used) * h->kept[cls].block_size;
+        bytes += (size_t)(h->kept[cls].touched - h->kept[cls].used) * sizeclass_block_size[cls];
     return bytes;
 }
 
@@ -286,7 +286,7 @@ void *heap_alloc_slow(struct heap *h, unsigned cls)
         return carved;
     heap_maybe_collect(h);
     heap_drain_remote(h);
-    if (pg->flags & PAGE_KEPT) {
+    if (heap_is_kept(h, pg)) {
         pg = &page_empty;               /* ran dry: back to the own pages */
     } else if (cls < NUM_SMALL_CLASSES && h->kept[cls].free) {
         heap_set_current(h, cls, &h->kept[cls]);

@@ -40,7 +40,7 @@ struct heap {
     struct heap *pool_next;
     /* Adopted blocks of other heaps, per small class (remote.h): `free` is
      * the list, `used` counts takes (by the fast path), `touched` counts
-     * blocks put on it. */
+     * blocks put on it; the other fields stay 0. */
     struct page kept[NUM_SMALL_CLASSES];
     uint32_t kept_seen[NUM_SMALL_CLASSES];  /* kept[].used at the last sweep */
     /* Other threads' frees (remote.h): transfer buffers, and single blocks
@@ -84,13 +84,21 @@ HIDDEN void heap_fork_parent(void);
 HIDDEN void heap_fork_child(void);
 
 /* Allocates from h's current page for cls, else takes the slow path. */
+/* Whether pg is one of h's kept lists, not a page. The lists are told
+ * apart by address, so a new heap need not write (and fault in) them. */
+static inline bool heap_is_kept(const struct heap *h, const struct page *pg)
+{
+    return pg >= h->kept && pg < h->kept + NUM_SMALL_CLASSES;
+}
+
 /* The first step of the slow path: a page still being carved carves its
  * next run (page.c), without the sweep, the clock or the drain; kept
- * blocks of the class come first. NULL when that does not apply.
- * Precondition: pg is h's current page of its class and its list is empty. */
+ * blocks of the class come first. NULL when that does not apply (a kept
+ * list has capacity 0). Precondition: pg is h's current page of its class
+ * and its list is empty. */
 static inline void *heap_carve_current(struct heap *h, struct page *pg)
 {
-    if (pg->reserved < pg->capacity && !(pg->flags & PAGE_KEPT) &&
+    if (pg->reserved < pg->capacity &&
         !(pg->cls < NUM_SMALL_CLASSES && h->kept[pg->cls].free))
         return page_extend(pg);
     return NULL;

@@ -59,11 +59,6 @@ static struct heap *heap_new(uint8_t state)
     chunk_left -= sizeof(struct heap);
     for (unsigned i = 0; i < NUM_CLASSES; i++)
         heap_set_current(h, i, &page_empty);
-    for (unsigned i = 0; i < NUM_SMALL_CLASSES; i++) {
-        h->kept[i].flags = PAGE_KEPT;
-        h->kept[i].cls = (uint8_t)i;
-        h->kept[i].block_size = sizeclass_block_size[i];
-    }
     h->tag = (uint16_t)++heap_count;
     h->state = state;
     heap_table[h->tag] = h;

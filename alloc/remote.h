@@ -42,7 +42,7 @@ _Static_assert(sizeof(struct remote_buf) == REMOTE_BUF_BYTES, "one buffer, 512 b
  * stack, and what other threads free into it is stranded. When a full
  * buffer would land on a stack already REMOTE_ADOPT_DEPTH buffers deep, the
  * freeing thread keeps the blocks instead, on per-class lists shaped like
- * a page (heap->kept[cls], flagged PAGE_KEPT) that become the class's
+ * a page (heap->kept[cls], told apart by address) that become the class's
  * current page, so its fast path hands them out before it carves anything.
  * The owner's pages still count them as in use. At most REMOTE_KEPT_MAX
  * bytes are kept; a list nobody took from between two sweeps goes home,

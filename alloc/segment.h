@@ -28,8 +28,6 @@ enum segment_kind { SEG_SMALL = 1, SEG_MEDIUM = 2 };
 /* page->flags: any bit set sends free() of a block in the page to the
  * slow path. */
 #define PAGE_FULL     0x1
-#define PAGE_KEPT     0x4   /* not a page: a heap's kept list of other
-                               heaps' blocks of one class (remote.h) */
 #define PAGE_REDIRECT 0x2   /* slices 1..63 of a medium segment: the real
                                descriptor is pages[0] */
 
