@@ -286,6 +286,7 @@ void *heap_alloc_slow(struct heap *h, unsigned cls)
         return carved;
     heap_maybe_collect(h);
     heap_drain_remote(h);
+    pg = h->current[cls];       /* the sweep may have retired it or sent kept blocks home */
     if (heap_is_kept(h, pg)) {
         pg = &page_empty;               /* ran dry: back to the own pages */
     } else if (cls < NUM_SMALL_CLASSES && h->kept[cls].free) {
