@@ -83,7 +83,6 @@ HIDDEN void heap_fork_prepare(void);
 HIDDEN void heap_fork_parent(void);
 HIDDEN void heap_fork_child(void);
 
-/* Allocates from h's current page for cls, else takes the slow path. */
 /* Whether pg is one of h's kept lists, not a page. The lists are told
  * apart by address, so a new heap need not write (and fault in) them. */
 static inline bool heap_is_kept(const struct heap *h, const struct page *pg)
@@ -95,15 +94,17 @@ static inline bool heap_is_kept(const struct heap *h, const struct page *pg)
  * next run (page.c), without the sweep, the clock or the drain; kept
  * blocks of the class come first. NULL when that does not apply (a kept
  * list has capacity 0). Precondition: pg is h's current page of its class
- * and its list is empty. */
+ * (its list is checked: a mode switched off by another thread between
+ * malloc's two reads of the limit can send a page with free blocks here). */
 static inline void *heap_carve_current(struct heap *h, struct page *pg)
 {
-    if (pg->reserved < pg->capacity &&
+    if (pg->reserved < pg->capacity && pg->free == NULL &&
         !(pg->cls < NUM_SMALL_CLASSES && h->kept[pg->cls].free))
         return page_extend(pg);
     return NULL;
 }
 
+/* Allocates from h's current page for cls, else takes the slow path. */
 static inline void *heap_alloc(struct heap *h, unsigned cls)
 {
     struct page *pg = h->current[cls];

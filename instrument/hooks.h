@@ -12,8 +12,9 @@
 #include "../alloc/internal.h"
 
 /* malloc's fast path serves size < malloc_fast_limit: SMALL_MAX + 1, or 0
- * before start-up and while a mode is on. free's fast path ORs hooks_tag_mask into the block's
- * tag: 0, or HOOKS_TAG_BIT while a mode is on. */
+ * before start-up and while a mode is on. free's fast path ORs
+ * hooks_tag_mask into the block's tag: 0, or HOOKS_TAG_BIT while a mode is
+ * on. */
 extern HIDDEN size_t malloc_fast_limit;
 extern HIDDEN uint16_t hooks_tag_mask;
 
