@@ -20,9 +20,6 @@
 #include "large_cache.h"
 #include "remote.h"
 
-#include <pthread.h>
-#include <string.h>
-
 HIDDEN struct page page_empty;
 /* Filled in by heap_empty_init, not statically: 617 pointers in .data
  * would cost as many load-time relocations (16 KiB of .rela.dyn, mapped
@@ -32,6 +29,10 @@ HIDDEN struct heap heap_empty;
 /* ---- page bookkeeping ------------------------------------------------ */
 
 static unsigned kind_of_class(unsigned cls) { return cls < NUM_SMALL_CLASSES ? 0 : 1; }
+
+/* Medium pages go back this many times sooner than small ones (see
+ * heap_collect); the periodic sweep runs at half the medium delay. */
+#define MEDIUM_DELAY_DIVISOR 10
 
 void heap_set_current(struct heap *h, unsigned cls, struct page *pg)
 {
@@ -117,7 +118,7 @@ static void heap_collect(struct heap *h, uint64_t now, uint64_t delay)
      * 20% and frag 28% of their time against 100 ms). Medium pages: one
      * class holds a whole 4 MiB segment, so their free memory goes back
      * ten times sooner (at 100 ms mstress peaked 11% higher). */
-    uint64_t medium_delay = delay / 10;
+    uint64_t medium_delay = delay / MEDIUM_DELAY_DIVISOR;
     bool small_due = delay == 0 || now >= h->next_small_sweep_ms;
     /* A page found empty now emptied at some point since the last sweep:
      * date it from there, so a heap that sat idle for longer than the
@@ -146,6 +147,12 @@ static void heap_collect(struct heap *h, uint64_t now, uint64_t delay)
     }
 }
 
+/* A block another thread freed, back on its page. */
+static void heap_free_returned(struct heap *h, struct block *b)
+{
+    heap_free_block(h, segment_page_of(segment_of(b), b), b);
+}
+
 /* Takes every block other threads freed into h and frees it locally:
  * whole transfer buffers (independent loads), then the rare chain of
  * blocks pushed one by one when no buffer could be had. */
@@ -155,10 +162,8 @@ static void heap_drain_remote(struct heap *h)
         struct remote_buf *list = atomic_exchange_explicit(&h->remote_bufs, NULL,
                                                            memory_order_acquire);
         for (struct remote_buf *rb = list; rb; rb = rb->next) {
-            for (uint32_t i = 0; i < rb->count; i++) {
-                struct block *b = rb->blocks[i];
-                heap_free_block(h, segment_page_of(segment_of(b), b), b);
-            }
+            for (uint32_t i = 0; i < rb->count; i++)
+                heap_free_returned(h, rb->blocks[i]);
         }
         remote_recycle(list);
     }
@@ -167,7 +172,7 @@ static void heap_drain_remote(struct heap *h)
     struct block *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
     while (b) {
         struct block *next = block_next(b);
-        heap_free_block(h, segment_page_of(segment_of(b), b), b);
+        heap_free_returned(h, b);
         b = next;
     }
 }
@@ -202,13 +207,13 @@ size_t heap_kept_bytes(const struct heap *h)
 }
 
 /* Sends kept blocks home: every list, or only those nobody took from since
- * the last sweep. */
-void heap_release_kept(struct heap *h, bool idle_only)
+ * the last sweep (a kept list's swept_used is its `used` at that sweep). */
+static void heap_release_kept(struct heap *h, bool idle_only)
 {
     for (unsigned cls = 0; cls < NUM_SMALL_CLASSES; cls++) {
         struct page *k = &h->kept[cls];
-        bool idle = k->used == h->kept_seen[cls];
-        h->kept_seen[cls] = k->used;
+        bool idle = k->used == k->swept_used;
+        k->swept_used = k->used;
         if (!k->free || (idle_only && !idle))
             continue;
         if (h->current[cls] == k)
@@ -218,6 +223,13 @@ void heap_release_kept(struct heap *h, bool idle_only)
         k->touched = k->used;
         remote_send_home(list);
     }
+}
+
+void heap_tidy_own(struct heap *h, uint64_t now, uint64_t delay)
+{
+    heap_release_kept(h, false);
+    remote_flush();
+    heap_tidy(h, now, delay);
 }
 
 /* The periodic sweep, run from the allocation slow path. */
@@ -232,7 +244,8 @@ static void heap_maybe_collect(struct heap *h)
     heap_release_kept(h, delay != 0);
     remote_flush();
     heap_collect(h, now, delay);
-    h->next_collect_ms = now + (delay / 20 ? delay / 20 : 1);   /* medium_delay / 2 */
+    uint64_t interval = delay / MEDIUM_DELAY_DIVISOR / 2;
+    h->next_collect_ms = now + (interval ? interval : 1);
     heap_tidy_abandoned(now);
     large_cache_expire(false);
 }
@@ -281,18 +294,14 @@ void *heap_alloc_slow(struct heap *h, unsigned cls)
      * (the first block of a fresh one alone), so this is half the calls for
      * 1 KiB blocks; the rest of the slow path comes once the page is
      * carved, at most 32 calls later. */
-    void *carved = heap_carve_current(h, pg);
+    void *carved = heap_carve_current(pg);
     if (carved)
         return carved;
     heap_maybe_collect(h);
     heap_drain_remote(h);
     pg = h->current[cls];       /* the sweep may have retired it or sent kept blocks home */
-    if (heap_is_kept(h, pg)) {
-        pg = &page_empty;               /* ran dry: back to the own pages */
-    } else if (cls < NUM_SMALL_CLASSES && h->kept[cls].free) {
-        heap_set_current(h, cls, &h->kept[cls]);
-        return heap_alloc(h, cls);
-    }
+    if (heap_is_kept(h, pg))
+        pg = &page_empty;       /* kept blocks ran dry: back to the own pages */
     if (pg != &page_empty) {
         if (page_has_room(pg))
             return page_pop(pg);

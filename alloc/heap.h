@@ -40,9 +40,11 @@ struct heap {
     struct heap *pool_next;
     /* Adopted blocks of other heaps, per small class (remote.h): `free` is
      * the list, `used` counts takes (by the fast path), `touched` counts
-     * blocks put on it; the other fields stay 0. */
+     * blocks put on it, `swept_used` is `used` at the last sweep; the other
+     * fields stay 0. Invariant: a kept list that holds blocks is its
+     * class's current page (heap_keep makes it so, and nothing else sets
+     * the current page while it holds any). */
     struct page kept[NUM_SMALL_CLASSES];
-    uint32_t kept_seen[NUM_SMALL_CLASSES];  /* kept[].used at the last sweep */
     /* Other threads' frees (remote.h): transfer buffers, and single blocks
      * when no buffer could be had. Their own cache line. */
     _Alignas(64) _Atomic(struct remote_buf *) remote_bufs;
@@ -70,8 +72,9 @@ HIDDEN bool heap_trim(void);
 extern HIDDEN _Atomic uint64_t heap_trim_epoch;   /* bumped by malloc_trim */
 /* Drains h's remote frees, then sweeps it with the given purge delay. */
 HIDDEN void heap_tidy(struct heap *h, uint64_t now, uint64_t delay);
-/* Sends h's kept blocks home: all, or those unused since the last sweep. */
-HIDDEN void heap_release_kept(struct heap *h, bool idle_only);
+/* heap_tidy for the caller's own heap: its kept blocks and gathered
+ * remote frees go home first. */
+HIDDEN void heap_tidy_own(struct heap *h, uint64_t now, uint64_t delay);
 /* Sweeps the pool of parked heaps, unless another thread is at it. */
 HIDDEN void heap_tidy_abandoned(uint64_t now);
 /* Kept blocks (remote.h): put b, a block of another heap, on h's list for
@@ -91,15 +94,14 @@ static inline bool heap_is_kept(const struct heap *h, const struct page *pg)
 }
 
 /* The first step of the slow path: a page still being carved carves its
- * next run (page.c), without the sweep, the clock or the drain; kept
- * blocks of the class come first. NULL when that does not apply (a kept
- * list has capacity 0). Precondition: pg is h's current page of its class
- * (its list is checked: a mode switched off by another thread between
- * malloc's two reads of the limit can send a page with free blocks here). */
-static inline void *heap_carve_current(struct heap *h, struct page *pg)
+ * next run (page.c), without the sweep, the clock or the drain. NULL when
+ * that does not apply (page_empty and kept lists have capacity 0).
+ * Precondition: pg is a current page (its list is checked: a mode switched
+ * off by another thread between malloc's two reads of the limit can send a
+ * page with free blocks here). */
+static inline void *heap_carve_current(struct page *pg)
 {
-    if (pg->reserved < pg->capacity && pg->free == NULL &&
-        !(pg->cls < NUM_SMALL_CLASSES && h->kept[pg->cls].free))
+    if (pg->reserved < pg->capacity && pg->free == NULL)
         return page_extend(pg);
     return NULL;
 }

@@ -118,9 +118,7 @@ void *heap_alloc_shared(enum shared_heap_id id, unsigned cls)
  * each other, and the pool sweep purges them once purge_delay has passed. */
 static void heap_abandon(struct heap *h)
 {
-    heap_release_kept(h, false);
-    remote_flush();
-    heap_tidy(h, os_now_ms(), init_purge_delay_ms());
+    heap_tidy_own(h, os_now_ms(), init_purge_delay_ms());
     pthread_mutex_lock(&heap_lock);
     h->state = HEAP_ABANDONED;
     h->pool_next = heap_pool;
@@ -146,7 +144,6 @@ void heap_tidy_abandoned(uint64_t now)
 
 void heap_thread_exit(void *arg)
 {
-    remote_flush();
     tls_heap = &heap_empty;
     tls_tag = TAG_EMPTY;
     tls_exited = true;
@@ -174,14 +171,13 @@ bool heap_trim(void)
     struct os_counters before, after;
     os_counters_read(&before);
     atomic_fetch_add(&heap_trim_epoch, 1);
-    remote_flush();
     struct heap *h = tls_heap;
     uint64_t now = os_now_ms();
     if (h != &heap_empty) {
         h->trim_epoch = atomic_load(&heap_trim_epoch);
-        heap_release_kept(h, false);
-        remote_flush();
-        heap_tidy(h, now, 0);
+        heap_tidy_own(h, now, 0);
+    } else {
+        remote_flush();         /* a thread that only frees */
     }
     pthread_mutex_lock(&heap_lock);
     heap_tidy_pool(now, 0);

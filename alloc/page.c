@@ -91,7 +91,7 @@ static bool map_all_set(const uint64_t *map, uint32_t first, uint32_t last)
     return true;
 }
 
-size_t page_purge_free_runs(struct page *pg)
+void page_purge_free_runs(struct page *pg)
 {
     uint32_t bs = pg->block_size, n = pg->reserved;
     uint32_t whole = (n * bs) >> OS_SHIFT;    /* OS pages fully carved */
@@ -105,16 +105,13 @@ size_t page_purge_free_runs(struct page *pg)
             fresh |= (uint16_t)(1u << k);
     }
     if (!fresh)
-        return 0;
-    size_t purged = 0;
+        return;
     for (uint32_t k = 0; k < whole;) {
         uint32_t run = 0;
         while (k + run < whole && (fresh & (1u << (k + run))))
             run++;
-        if (run) {
+        if (run)
             os_purge(pg->start + ((size_t)k << OS_SHIFT), (size_t)run << OS_SHIFT);
-            purged += (size_t)run << OS_SHIFT;
-        }
         k += run ? run : 1;
     }
     pg->held |= fresh;
@@ -123,38 +120,32 @@ size_t page_purge_free_runs(struct page *pg)
         if (map_test(map, i) && !block_is_held(pg, i, pg->held))
             list_prepend(&head, page_block(pg, i));
     pg->free = head;
-    return purged;
 }
 
-size_t page_purge_tail(struct page *pg)
+void page_purge_tail(struct page *pg)
 {
     size_t reach = align_up((size_t)pg->reserved * pg->block_size, OS_PAGE);
     size_t end = align_up(pg->touched, OS_PAGE);
     if (end <= reach)
-        return 0;
+        return;
     os_purge(pg->start + reach, end - reach);
     pg->touched = (uint32_t)reach;
-    return end - reach;
 }
 
 #define PURGED_MARK 0x707572676564ULL   /* "purged", XOR-ed with the secret */
 
-size_t page_purge_free_blocks(struct page *pg)
+void page_purge_free_blocks(struct page *pg)
 {
-    size_t purged = 0;
     for (struct block *b = pg->free; b; b = block_next(b)) {
         uintptr_t *word = (uintptr_t *)b;
         if (word[1] == (PURGED_MARK ^ block_secret))
             continue;
         uintptr_t lo = align_up((uintptr_t)b + 2 * sizeof(uintptr_t), OS_PAGE);
         uintptr_t hi = ((uintptr_t)b + pg->block_size) & ~(uintptr_t)(OS_PAGE - 1);
-        if (hi > lo) {
+        if (hi > lo)
             os_purge((void *)lo, hi - lo);
-            purged += hi - lo;
-        }
         word[1] = PURGED_MARK ^ block_secret;
     }
-    return purged;
 }
 
 /* ---- carving ------------------------------------------------------------ */

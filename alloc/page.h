@@ -25,18 +25,18 @@ static inline bool page_has_room(const struct page *pg)
 
 /* Partial purge of a live small page: hands back every OS page whose
  * blocks are all free, taking those blocks off the free list until the
- * page runs dry (page_extend then brings them back). Returns the bytes
- * purged. Precondition: pg is not a heap's current page. */
-HIDDEN size_t page_purge_free_runs(struct page *pg);
+ * page runs dry (page_extend then brings them back). Precondition: pg is
+ * not a heap's current page. (os.c counts the bytes purged.) */
+HIDDEN void page_purge_free_runs(struct page *pg);
 
 /* A page reused for another class: hands back what earlier classes carved
- * beyond this class's reach. Returns the bytes purged. */
-HIDDEN size_t page_purge_tail(struct page *pg);
+ * beyond this class's reach. */
+HIDDEN void page_purge_tail(struct page *pg);
 /* Medium pages: hands back the OS pages inside each free block, keeping
  * the page that holds its link; the block stays on the free list and comes
  * back zero-filled. A mark in the block's second word avoids repeating
- * the work. Returns the bytes purged. */
-HIDDEN size_t page_purge_free_blocks(struct page *pg);
+ * the work. */
+HIDDEN void page_purge_free_blocks(struct page *pg);
 
 /* Pops a block; the caller has checked page_has_room(). */
 static inline struct block *page_pop(struct page *pg)

@@ -60,26 +60,26 @@ void *raw_calloc(size_t size)
     return p;
 }
 
-/* The page of a small or medium block, after checking that p is the start
- * of a block in a page that is in use. (p below the page start wraps off
- * around to a huge value and fails the bound.) */
-static struct page *checked_page(const void *p, const char *func)
+/* The shape of a small or medium block's page, after checking that p is
+ * the start of a block in a page that is in use. (p below the page start
+ * wraps off around to a huge value and fails the bound.) The shape, not
+ * the page descriptor: the check may run on any thread. */
+static const struct page_shape *checked_shape(const void *p, const char *func)
 {
-    struct segment *s = segment_of(p);
-    const struct page_shape *sh = segment_shape_of(s, p);
+    const struct page_shape *sh = segment_shape_of(segment_of(p), p);
     uintptr_t off = (uintptr_t)p - (uintptr_t)sh->start;
     uint16_t reserved = __atomic_load_n(&sh->reserved, __ATOMIC_RELAXED);
     if (!sh->in_use || off >= (uintptr_t)reserved * sh->block_size ||
         sizeclass_div((uint32_t)off, sh->cls) * sh->block_size != off)
         diag_fail(func, "invalid pointer (not the start of a block)", p);
-    return segment_page_of(s, p);
+    return sh;
 }
 
 void raw_free_heap_block(void *p, uint16_t tag, const char *func)
 {
-    struct page *pg = checked_page(p, func);
+    checked_shape(p, func);
     if (tag == tls_tag)
-        heap_free_owned_slow(tls_heap, pg, p);
+        heap_free_owned_slow(tls_heap, segment_page_of(segment_of(p), p), p);
     else
         remote_free(tag, p);
 }
@@ -107,7 +107,7 @@ size_t raw_usable_size(void *p, const char *func)
     uint16_t tag = checked_tag(p, func);
     if (tag >= TAG_LARGE_TAIL)
         return large_usable_size(p, func);
-    return checked_page(p, func)->block_size;
+    return checked_shape(p, func)->block_size;
 }
 
 static void *realloc_move(void *p, size_t old_usable, size_t size, const char *func)

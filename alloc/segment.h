@@ -67,7 +67,8 @@ struct page {
     struct page *next, *prev;  /* class queue or retired list */
     union {
         uint64_t retired_at;   /* retired: ms when it joined the list */
-        uint32_t swept_used;   /* in a queue: `used` at the last partial purge */
+        uint32_t swept_used;   /* in a queue: `used` at the last partial purge;
+                                  a kept list: `used` at the last sweep */
     };
 };
 

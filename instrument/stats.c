@@ -46,6 +46,32 @@ EXPORT int tally_stats_get(struct tally_stats *out)
 
 struct stat_field { const char *name; uint64_t value; };
 
+/* One row per size class in use: the strings around its three numbers. */
+struct class_rows { const char *first, *next, *blocks, *pages, *end; };
+
+static const struct class_rows text_rows = { "  ", "  ", "\t    ", "\t    ", "\n" };
+static const struct class_rows json_rows = { "{\"size\": ", ", {\"size\": ", ", \"blocks\": ",
+                                             ", \"pages\": ", "}" };
+
+static void print_classes(struct diag_buf *b, int fd, const struct usage *u,
+                          const struct class_rows *r)
+{
+    bool first = true;
+    for (unsigned c = 0; c < NUM_CLASSES; c++) {
+        if (!u->class_pages[c])
+            continue;
+        diag_str(b, first ? r->first : r->next);
+        first = false;
+        diag_dec(b, sizeclass_block_size[c]);
+        diag_str(b, r->blocks);
+        diag_dec(b, u->class_blocks[c]);
+        diag_str(b, r->pages);
+        diag_dec(b, u->class_pages[c]);
+        diag_str(b, r->end);
+        report_maybe_flush(b, fd);
+    }
+}
+
 static void print_text(struct diag_buf *b, int fd, const struct stat_field *f, size_t n,
                        const struct usage *u)
 {
@@ -59,18 +85,7 @@ static void print_text(struct diag_buf *b, int fd, const struct stat_field *f, s
         diag_str(b, "\n");
     }
     diag_str(b, "  class       blocks in use    pages\n");
-    for (unsigned c = 0; c < NUM_CLASSES; c++) {
-        if (!u->class_pages[c])
-            continue;
-        diag_str(b, "  ");
-        diag_dec(b, sizeclass_block_size[c]);
-        diag_str(b, "\t    ");
-        diag_dec(b, u->class_blocks[c]);
-        diag_str(b, "\t    ");
-        diag_dec(b, u->class_pages[c]);
-        diag_str(b, "\n");
-        report_maybe_flush(b, fd);
-    }
+    print_classes(b, fd, u, &text_rows);
 }
 
 static void print_json(struct diag_buf *b, int fd, const struct stat_field *f, size_t n,
@@ -84,20 +99,7 @@ static void print_json(struct diag_buf *b, int fd, const struct stat_field *f, s
         diag_dec(b, f[i].value);
     }
     diag_str(b, ", \"classes\": [");
-    bool first = true;
-    for (unsigned c = 0; c < NUM_CLASSES; c++) {
-        if (!u->class_pages[c])
-            continue;
-        diag_str(b, first ? "{\"size\": " : ", {\"size\": ");
-        first = false;
-        diag_dec(b, sizeclass_block_size[c]);
-        diag_str(b, ", \"blocks\": ");
-        diag_dec(b, u->class_blocks[c]);
-        diag_str(b, ", \"pages\": ");
-        diag_dec(b, u->class_pages[c]);
-        diag_str(b, "}");
-        report_maybe_flush(b, fd);
-    }
+    print_classes(b, fd, u, &json_rows);
     diag_str(b, "]}\n");
 }
 
