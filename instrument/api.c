@@ -31,6 +31,6 @@ EXPORT int tally_option_get(const char *name, uint64_t *value)
         errno = EINVAL;
         return -1;
     }
-    *value = __atomic_load_n(&options_value[id], __ATOMIC_RELAXED);
+    *value = option((enum option_id)id);
     return 0;
 }
