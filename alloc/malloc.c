@@ -31,8 +31,11 @@ static void *malloc_fail(void)
     return NULL;
 }
 
-/* Every allocating entry point ends here off its fast path. */
-static void *alloc_entry(size_t size, size_t align, enum hook_op op, const void *site)
+/* Every allocating entry point ends here off its fast path. Inlined so
+ * that malloc_slow stays one call deep whatever it grows. */
+static inline __attribute__((always_inline)) void *alloc_entry(size_t size, size_t align,
+                                                              enum hook_op op,
+                                                              const void *site)
 {
     if (unlikely(size > PTRDIFF_MAX))
         return malloc_fail();

@@ -64,9 +64,10 @@ void *raw_calloc(size_t size)
  * the start of a block in a page that is in use. (p below the page start
  * wraps off around to a huge value and fails the bound.) The shape, not
  * the page descriptor: the check may run on any thread. */
-static const struct page_shape *checked_shape(const void *p, const char *func)
+static const struct page_shape *checked_shape(struct segment *s, const void *p,
+                                              const char *func)
 {
-    const struct page_shape *sh = segment_shape_of(segment_of(p), p);
+    const struct page_shape *sh = segment_shape_of(s, p);
     uintptr_t off = (uintptr_t)p - (uintptr_t)sh->start;
     uint16_t reserved = __atomic_load_n(&sh->reserved, __ATOMIC_RELAXED);
     if (!sh->in_use || off >= (uintptr_t)reserved * sh->block_size ||
@@ -77,9 +78,10 @@ static const struct page_shape *checked_shape(const void *p, const char *func)
 
 void raw_free_heap_block(void *p, uint16_t tag, const char *func)
 {
-    checked_shape(p, func);
+    struct segment *s = segment_of(p);
+    checked_shape(s, p, func);
     if (tag == tls_tag)
-        heap_free_owned_slow(tls_heap, segment_page_of(segment_of(p), p), p);
+        heap_free_owned_slow(tls_heap, segment_page_of(s, p), p);
     else
         remote_free(tag, p);
 }
@@ -107,7 +109,7 @@ size_t raw_usable_size(void *p, const char *func)
     uint16_t tag = checked_tag(p, func);
     if (tag >= TAG_LARGE_TAIL)
         return large_usable_size(p, func);
-    return checked_shape(p, func)->block_size;
+    return checked_shape(segment_of(p), p, func)->block_size;
 }
 
 static void *realloc_move(void *p, size_t old_usable, size_t size, const char *func)
