@@ -294,7 +294,7 @@ void *heap_alloc_slow(struct heap *h, unsigned cls)
      * (the first block of a fresh one alone), so this is half the calls for
      * 1 KiB blocks; the rest of the slow path comes once the page is
      * carved, at most 32 calls later. */
-    void *carved = heap_carve_current(pg);
+    void *carved = heap_carve_current(h, pg);
     if (carved)
         return carved;
     heap_maybe_collect(h);
@@ -303,11 +303,24 @@ void *heap_alloc_slow(struct heap *h, unsigned cls)
     if (heap_is_kept(h, pg))
         pg = &page_empty;       /* kept blocks ran dry: back to the own pages */
     if (pg != &page_empty) {
-        if (page_has_room(pg))
+        if (pg->free)
             return page_pop(pg);
-        pg->flags |= PAGE_FULL;
-        page_queue_remove(&h->queue[cls], pg);
+        if (!page_has_room(pg)) {
+            pg->flags |= PAGE_FULL;
+            page_queue_remove(&h->queue[cls], pg);
+            pg = &page_empty;
+        }
     }
+    /* Blocks that came back (the drain above) before fresh memory. */
+    int looked = 0;
+    for (struct page *q = h->queue[cls].first; q && looked < 4; q = q->next, looked++) {
+        if (q != pg && q->free) {
+            heap_set_current(h, cls, q);
+            return page_pop(q);
+        }
+    }
+    if (pg != &page_empty)
+        return page_pop(pg);
     while ((pg = h->queue[cls].first)) {
         if (page_has_room(pg)) {
             heap_set_current(h, cls, pg);

@@ -99,9 +99,10 @@ static inline bool heap_is_kept(const struct heap *h, const struct page *pg)
  * Precondition: pg is a current page (its list is checked: a mode switched
  * off by another thread between malloc's two reads of the limit can send a
  * page with free blocks here). */
-static inline void *heap_carve_current(struct page *pg)
+static inline void *heap_carve_current(struct heap *h, struct page *pg)
 {
-    if (pg->reserved < pg->capacity && pg->free == NULL)
+    if (pg->reserved < pg->capacity && pg->free == NULL &&
+        atomic_load_explicit(&h->remote_bufs, memory_order_relaxed) == NULL)
         return page_extend(pg);
     return NULL;
 }

@@ -54,7 +54,8 @@ static NOINLINE void *malloc_slow(size_t size, const void *site)
      * still being carved, which needs neither the class lookup nor the
      * layers below (a fresh 4 KiB block is one such call each). */
     if (likely(size < __atomic_load_n(&malloc_fast_limit, __ATOMIC_RELAXED))) {
-        void *p = heap_carve_current(tls_heap->direct[(size + 15) >> 4]);
+        struct heap *h = tls_heap;
+        void *p = heap_carve_current(h, h->direct[(size + 15) >> 4]);
         if (p)
             return p;
     }
