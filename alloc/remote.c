@@ -20,6 +20,12 @@ static __thread struct remote_batch {
     unsigned spare_count;
     bool registered;            /* exit hook set for this thread */
     bool sending_home;          /* remote_send_home: no adoption */
+    /* The heap whose blocks this thread adopts one by one since it last
+     * adopted a whole buffer of them, and how many more bytes it may keep
+     * that way; cleared at every sweep (remote_flush), so an owner that
+     * starts draining again gets its blocks back within one interval. */
+    struct heap *adopting;
+    size_t adopt_budget;
 } tls_batch TLS_IE;
 
 static pthread_key_t batch_key;
@@ -140,7 +146,8 @@ static bool buf_adopt(struct remote_batch *rb, struct heap *h, struct remote_buf
             return false;
         bytes += sh->block_size;
     }
-    if (heap_kept_bytes(me) + bytes > REMOTE_KEPT_MAX)
+    size_t kept = heap_kept_bytes(me) + bytes;
+    if (kept > REMOTE_KEPT_MAX)
         return false;
     for (uint32_t i = 0; i < buf->count; i++) {
         struct block *b = buf->blocks[i];
@@ -148,6 +155,26 @@ static bool buf_adopt(struct remote_batch *rb, struct heap *h, struct remote_buf
     }
     buf->next = NULL;
     remote_recycle(buf);
+    rb->adopting = h;
+    rb->adopt_budget = REMOTE_KEPT_MAX - kept;
+    return true;
+}
+
+/* The next block for a heap being adopted from: kept at once, with no
+ * buffer and no look at the owner's stack (its depth only grows while
+ * nothing is pushed onto it). Blocks handed out from a kept list come back
+ * here when freed, so this is the path they take for as long as the owner
+ * sleeps. False once the budget is spent (the buffer path then looks at
+ * the depth and the kept bytes again). */
+static bool adopt_one(struct remote_batch *rb, struct block *b)
+{
+    const struct page_shape *sh = segment_shape_of(segment_of(b), b);
+    if (sh->cls >= NUM_SMALL_CLASSES || sh->block_size > rb->adopt_budget) {
+        rb->adopting = NULL;
+        return false;
+    }
+    rb->adopt_budget -= sh->block_size;
+    heap_keep(tls_heap, b, sh->cls);
     return true;
 }
 
@@ -167,6 +194,8 @@ void remote_free(uint16_t tag, struct block *b)
     struct remote_batch *rb = &tls_batch;
     struct heap *h = heap_table[tag];
     unsigned s = tag & (SLOTS - 1);
+    if (rb->adopting == h && !rb->sending_home && adopt_one(rb, b))
+        return;
     struct remote_buf *buf = rb->buf[s];
     if (buf && rb->to[s] != h) {
         buf_push(rb->to[s], buf);       /* the slot changes hands */
@@ -205,6 +234,7 @@ void remote_send_home(struct block *list)
 void remote_flush(void)
 {
     struct remote_batch *rb = &tls_batch;
+    rb->adopting = NULL;
     for (unsigned s = 0; s < SLOTS; s++) {
         if (rb->buf[s]) {
             buf_push(rb->to[s], rb->buf[s]);

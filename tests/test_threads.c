@@ -299,3 +299,40 @@ Test(threads, an_idle_owners_blocks_are_reused_by_the_thread_that_frees_them, .t
     }
     cr_assert_lt(grown, 3 * 1024, "RSS grew %ld KiB replacing 10 MiB", grown);
 }
+
+/* Once a thread adopted a buffer of an idle owner's blocks, it keeps the
+ * owner's next frees one by one: a single freed block is the next one its
+ * malloc hands out, where a transfer buffer would have held it back. */
+enum { ONE_PER_BUF = 62, ONE_SIZE = 64 };
+
+struct one_by_one { void **v; int n; void *last, *got; };
+
+static void *free_then_take(void *arg)
+{
+    struct one_by_one *job = arg;
+    void *own = malloc(1000);   /* a thread adopts only into a heap of its own */
+    for (int i = 0; i < job->n - 1; i++)
+        free(job->v[i]);
+    job->last = job->v[job->n - 1];
+    free(job->last);
+    job->got = malloc(ONE_SIZE);
+    free(own);
+    return NULL;
+}
+
+Test(threads, after_adopting_a_buffer_a_thread_keeps_the_next_free_at_once, .timeout = 30)
+{
+    /* Eight full buffers make main's stack deep enough; the ninth is
+     * adopted; the last block is freed alone. */
+    static void *v[9 * ONE_PER_BUF + 1];
+    int n = (int)(sizeof v / sizeof v[0]);
+    for (int i = 0; i < n; i++)
+        v[i] = malloc(ONE_SIZE);
+    struct one_by_one job = { v, n, NULL, NULL };
+    pthread_t t;
+    pthread_create(&t, NULL, free_then_take, &job);
+    pthread_join(t, NULL);
+    cr_assert_eq(job.got, job.last, "malloc gave %p, the block freed last was %p",
+                 job.got, job.last);
+    free(job.got);
+}
