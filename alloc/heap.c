@@ -188,16 +188,6 @@ void heap_tidy(struct heap *h, uint64_t now, uint64_t delay)
 
 /* ---- kept blocks (remote.h) ------------------------------------------- */
 
-void heap_keep(struct heap *h, struct block *b, unsigned cls)
-{
-    struct page *k = &h->kept[cls];
-    if (!k->free && h->current[cls] != k)
-        heap_set_current(h, cls, k);
-    block_set_next(b, k->free);
-    k->free = b;
-    k->touched++;
-}
-
 size_t heap_kept_bytes(const struct heap *h)
 {
     size_t bytes = 0;

@@ -77,9 +77,7 @@ HIDDEN void heap_tidy(struct heap *h, uint64_t now, uint64_t delay);
 HIDDEN void heap_tidy_own(struct heap *h, uint64_t now, uint64_t delay);
 /* Sweeps the pool of parked heaps, unless another thread is at it. */
 HIDDEN void heap_tidy_abandoned(uint64_t now);
-/* Kept blocks (remote.h): put b, a block of another heap, on h's list for
- * class cls; the bytes h keeps now. Callers: h's own thread. */
-HIDDEN void heap_keep(struct heap *h, struct block *b, unsigned cls);
+/* The bytes h keeps of other heaps' blocks (remote.h). */
 HIDDEN size_t heap_kept_bytes(const struct heap *h);
 HIDDEN void heap_thread_exit(void *arg);
 HIDDEN void heap_fork_prepare(void);
@@ -91,6 +89,19 @@ HIDDEN void heap_fork_child(void);
 static inline bool heap_is_kept(const struct heap *h, const struct page *pg)
 {
     return pg >= h->kept && pg < h->kept + NUM_SMALL_CLASSES;
+}
+
+/* Kept blocks (remote.h): puts b, a small block of another heap, on h's
+ * list for class cls. Callers: h's own thread. Inline: a thread adopting
+ * an idle owner's blocks takes this on most of its frees. */
+static inline void heap_keep(struct heap *h, struct block *b, unsigned cls)
+{
+    struct page *k = &h->kept[cls];
+    if (!k->free && h->current[cls] != k)
+        heap_set_current(h, cls, k);
+    block_set_next(b, k->free);
+    k->free = b;
+    k->touched++;
 }
 
 /* The first step of the slow path: a page still being carved carves its

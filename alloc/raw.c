@@ -79,11 +79,11 @@ static const struct page_shape *checked_shape(struct segment *s, const void *p,
 void raw_free_heap_block(void *p, uint16_t tag, const char *func)
 {
     struct segment *s = segment_of(p);
-    checked_shape(s, p, func);
+    const struct page_shape *sh = checked_shape(s, p, func);
     if (tag == tls_tag)
         heap_free_owned_slow(tls_heap, segment_page_of(s, p), p);
     else
-        remote_free(tag, p);
+        remote_free(tag, p, sh);
 }
 
 static uint16_t checked_tag(const void *p, const char *func)

@@ -166,9 +166,9 @@ static bool buf_adopt(struct remote_batch *rb, struct heap *h, struct remote_buf
  * here when freed, so this is the path they take for as long as the owner
  * sleeps. False once the budget is spent (the buffer path then looks at
  * the depth and the kept bytes again). */
-static bool adopt_one(struct remote_batch *rb, struct block *b)
+static bool adopt_one(struct remote_batch *rb, struct block *b,
+                      const struct page_shape *sh)
 {
-    const struct page_shape *sh = segment_shape_of(segment_of(b), b);
     if (sh->cls >= NUM_SMALL_CLASSES || sh->block_size > rb->adopt_budget) {
         rb->adopting = NULL;
         return false;
@@ -189,13 +189,11 @@ static void chain_push(struct heap *h, struct block *b)
                                                     memory_order_relaxed));
 }
 
-void remote_free(uint16_t tag, struct block *b)
+/* The block goes into the transfer buffer for h. */
+static NOINLINE void buffer_free(struct remote_batch *rb, struct heap *h, uint16_t tag,
+                                 struct block *b)
 {
-    struct remote_batch *rb = &tls_batch;
-    struct heap *h = heap_table[tag];
     unsigned s = tag & (SLOTS - 1);
-    if (rb->adopting == h && !rb->sending_home && adopt_one(rb, b))
-        return;
     struct remote_buf *buf = rb->buf[s];
     if (buf && rb->to[s] != h) {
         buf_push(rb->to[s], buf);       /* the slot changes hands */
@@ -219,13 +217,23 @@ void remote_free(uint16_t tag, struct block *b)
     }
 }
 
+void remote_free(uint16_t tag, struct block *b, const struct page_shape *sh)
+{
+    struct remote_batch *rb = &tls_batch;
+    struct heap *h = heap_table[tag];
+    if (rb->adopting == h && adopt_one(rb, b, sh))
+        return;
+    buffer_free(rb, h, tag, b);
+}
+
 void remote_send_home(struct block *list)
 {
     struct remote_batch *rb = &tls_batch;
     rb->sending_home = true;
+    rb->adopting = NULL;
     while (list) {
         struct block *next = block_next(list);
-        remote_free(segmap_tag(list), list);
+        buffer_free(rb, heap_table[segmap_tag(list)], segmap_tag(list), list);
         list = next;
     }
     rb->sending_home = false;

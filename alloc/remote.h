@@ -58,8 +58,8 @@ _Static_assert(sizeof(struct remote_buf) == REMOTE_BUF_BYTES, "one buffer, 512 b
 struct heap;
 
 /* Queues b, a block of the heap tagged `tag` (not the caller's), for that
- * heap's owner. */
-HIDDEN void remote_free(uint16_t tag, struct block *b);
+ * heap's owner; sh is b's page shape. */
+HIDDEN void remote_free(uint16_t tag, struct block *b, const struct page_shape *sh);
 /* Frees a chain of other heaps' blocks (kept ones going home), never
  * adopting them back. */
 HIDDEN void remote_send_home(struct block *list);
