@@ -30,6 +30,7 @@
 #define unlikely(x) __builtin_expect(!!(x), 0)
 #define HIDDEN      __attribute__((visibility("hidden")))
 #define NOINLINE    __attribute__((noinline))
+#define ALWAYS_INLINE inline __attribute__((always_inline))
 #define COLD        __attribute__((cold, noinline))
 #define TLS_IE      __attribute__((tls_model("initial-exec")))
 

@@ -33,9 +33,8 @@ static void *malloc_fail(void)
 
 /* Every allocating entry point ends here off its fast path. Inlined so
  * that malloc_slow stays one call deep whatever it grows. */
-static inline __attribute__((always_inline)) void *alloc_entry(size_t size, size_t align,
-                                                              enum hook_op op,
-                                                              const void *site)
+static ALWAYS_INLINE void *alloc_entry(size_t size, size_t align, enum hook_op op,
+                                       const void *site)
 {
     if (unlikely(size > PTRDIFF_MAX))
         return malloc_fail();

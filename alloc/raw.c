@@ -63,9 +63,10 @@ void *raw_calloc(size_t size)
 /* The shape of a small or medium block's page, after checking that p is
  * the start of a block in a page that is in use. (p below the page start
  * wraps off around to a huge value and fails the bound.) The shape, not
- * the page descriptor: the check may run on any thread. */
-static const struct page_shape *checked_shape(struct segment *s, const void *p,
-                                              const char *func)
+ * the page descriptor: the check may run on any thread. Inlined: every
+ * free of another thread's block passes here. */
+static ALWAYS_INLINE const struct page_shape *checked_shape(struct segment *s, const void *p,
+                                                            const char *func)
 {
     const struct page_shape *sh = segment_shape_of(s, p);
     uintptr_t off = (uintptr_t)p - (uintptr_t)sh->start;
