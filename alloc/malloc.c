@@ -230,10 +230,8 @@ EXPORT int malloc_trim(size_t pad)
  * unknown parameter. */
 EXPORT int mallopt(int param, int value)
 {
-    if (param == M_MMAP_THRESHOLD && value >= 0) {
-        __atomic_store_n(&options_value[OPT_MMAP_THRESHOLD], (uint64_t)value, __ATOMIC_RELAXED);
-        return 1;
-    }
+    if (param == M_MMAP_THRESHOLD && value >= 0)
+        return options_set_value(OPT_MMAP_THRESHOLD, (uint64_t)value) == 0;
     return 0;
 }
 

@@ -126,8 +126,14 @@ int options_set(const char *name, size_t name_len, const char *value, size_t val
         return 0;
     }
     uint64_t v;
-    if (!options_parse_number(value, value_len, &v) || v < options_table[id].min ||
-        v > options_table[id].max)
+    if (!options_parse_number(value, value_len, &v))
+        return -2;
+    return options_set_value((enum option_id)id, v);
+}
+
+int options_set_value(enum option_id id, uint64_t v)
+{
+    if (v < options_table[id].min || v > options_table[id].max)
         return -2;
     __atomic_store_n(&options_value[id], v, __ATOMIC_RELAXED);
     if (options_table[id].switches_mode)

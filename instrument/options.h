@@ -51,6 +51,8 @@ static inline uint64_t option(enum option_id id)
 HIDDEN void options_load_env(void);
 /* 0 on success, -1 for an unknown name, -2 for a bad or out-of-range value. */
 HIDDEN int options_set(const char *name, size_t name_len, const char *value, size_t value_len);
+/* options_set() for a number option already parsed: 0, or -2 out of range. */
+HIDDEN int options_set_value(enum option_id id, uint64_t v);
 HIDDEN int options_find(const char *name, size_t name_len);
 
 #endif
