@@ -153,6 +153,8 @@ static void heap_free_returned(struct heap *h, struct block *b)
     heap_free_block(h, segment_page_of(segment_of(b), b), b);
 }
 
+#define DRAIN_AHEAD 8
+
 /* Takes every block other threads freed into h and frees it locally:
  * whole transfer buffers (independent loads), then the rare chain of
  * blocks pushed one by one when no buffer could be had. */
@@ -162,8 +164,15 @@ static void heap_drain_remote(struct heap *h)
         struct remote_buf *list = atomic_exchange_explicit(&h->remote_bufs, NULL,
                                                            memory_order_acquire);
         for (struct remote_buf *rb = list; rb; rb = rb->next) {
-            for (uint32_t i = 0; i < rb->count; i++)
+            /* Each block's line was last on the freeing thread's core:
+             * ask for it (for writing) a few blocks ahead. */
+            for (uint32_t i = 0; i < rb->count && i < DRAIN_AHEAD; i++)
+                __builtin_prefetch(rb->blocks[i], 1);
+            for (uint32_t i = 0; i < rb->count; i++) {
+                if (i + DRAIN_AHEAD < rb->count)
+                    __builtin_prefetch(rb->blocks[i + DRAIN_AHEAD], 1);
                 heap_free_returned(h, rb->blocks[i]);
+            }
         }
         remote_recycle(list);
     }
