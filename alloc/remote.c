@@ -21,11 +21,11 @@ static __thread struct remote_batch {
     bool registered;            /* exit hook set for this thread */
     bool sending_home;          /* remote_send_home: no adoption */
     /* The heap whose blocks this thread adopts one by one since it last
-     * adopted a whole buffer of them, and how many more bytes it may keep
-     * that way; cleared at every sweep (remote_flush), so an owner that
-     * starts draining again gets its blocks back within one interval. */
+     * adopted a whole buffer of them; cleared at every sweep
+     * (remote_flush), so an owner that starts draining again gets its
+     * blocks back within one interval. */
     struct heap *adopting;
-    size_t adopt_budget;
+    size_t adopt_budget;        /* bytes it may still keep that way */
 } tls_batch TLS_IE;
 
 static pthread_key_t batch_key;
@@ -166,8 +166,8 @@ static bool buf_adopt(struct remote_batch *rb, struct heap *h, struct remote_buf
  * here when freed, so this is the path they take for as long as the owner
  * sleeps. False once the budget is spent (the buffer path then looks at
  * the depth and the kept bytes again). */
-static bool adopt_one(struct remote_batch *rb, struct block *b,
-                      const struct page_shape *sh)
+static inline bool adopt_one(struct remote_batch *rb, struct block *b,
+                             const struct page_shape *sh)
 {
     if (sh->cls >= NUM_SMALL_CLASSES || sh->block_size > rb->adopt_budget) {
         rb->adopting = NULL;
@@ -189,9 +189,10 @@ static void chain_push(struct heap *h, struct block *b)
                                                     memory_order_relaxed));
 }
 
-/* The block goes into the transfer buffer for h. */
-static NOINLINE void buffer_free(struct remote_batch *rb, struct heap *h, uint16_t tag,
-                                 struct block *b)
+/* buffer_free's rare cases: the slot has no buffer yet or holds another
+ * heap's, or b fills the buffer. */
+static NOINLINE void buffer_free_slow(struct remote_batch *rb, struct heap *h, uint16_t tag,
+                                      struct block *b)
 {
     unsigned s = tag & (SLOTS - 1);
     struct remote_buf *buf = rb->buf[s];
@@ -215,6 +216,21 @@ static NOINLINE void buffer_free(struct remote_batch *rb, struct heap *h, uint16
         if (!buf_adopt(rb, h, buf))
             buf_push(h, buf);
     }
+}
+
+/* The block goes into the transfer buffer for h. Out of line only when
+ * something has to happen besides the append: a short function here saves
+ * the register spills of the whole path on every free. */
+static inline void buffer_free(struct remote_batch *rb, struct heap *h, uint16_t tag,
+                               struct block *b)
+{
+    unsigned s = tag & (SLOTS - 1);
+    struct remote_buf *buf = rb->buf[s];
+    if (likely(buf != NULL && rb->to[s] == h && buf->count < REMOTE_BUF_BLOCKS - 1)) {
+        buf->blocks[buf->count++] = b;
+        return;
+    }
+    buffer_free_slow(rb, h, tag, b);
 }
 
 void remote_free(uint16_t tag, struct block *b, const struct page_shape *sh)
