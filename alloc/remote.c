@@ -233,12 +233,24 @@ static inline void buffer_free(struct remote_batch *rb, struct heap *h, uint16_t
     buffer_free_slow(rb, h, tag, b);
 }
 
+/* remote_free for a heap being adopted from. */
+static NOINLINE void adopting_free(struct remote_batch *rb, struct heap *h, uint16_t tag,
+                                   struct block *b, const struct page_shape *sh)
+{
+    if (!adopt_one(rb, b, sh))
+        buffer_free(rb, h, tag, b);
+}
+
+/* Both rare cases leave by a tail call, so the common one (append to the
+ * open buffer) saves no registers. */
 void remote_free(uint16_t tag, struct block *b, const struct page_shape *sh)
 {
     struct remote_batch *rb = &tls_batch;
     struct heap *h = heap_table[tag];
-    if (rb->adopting == h && adopt_one(rb, b, sh))
+    if (rb->adopting == h) {
+        adopting_free(rb, h, tag, b, sh);
         return;
+    }
     buffer_free(rb, h, tag, b);
 }
 
