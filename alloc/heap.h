@@ -106,7 +106,9 @@ static inline void heap_keep(struct heap *h, struct block *b, unsigned cls)
 
 /* The first step of the slow path: a page still being carved carves its
  * next run (page.c), without the sweep, the clock or the drain. NULL when
- * that does not apply (page_empty and kept lists have capacity 0).
+ * that does not apply (page_empty and kept lists have capacity 0), and
+ * when other threads' frees wait in h's stack: blocks that came back go
+ * out before fresh memory is touched.
  * Precondition: pg is a current page (its list is checked: a mode switched
  * off by another thread between malloc's two reads of the limit can send a
  * page with free blocks here). */

@@ -51,7 +51,8 @@ _Static_assert(sizeof(struct remote_buf) == REMOTE_BUF_BYTES, "one buffer, 512 b
  * RSS 14.8 -> 10.2 MiB, time within noise). At most
  * REMOTE_KEPT_MAX bytes are kept; a list nobody took from between two
  * sweeps goes home, and all of them do on malloc_trim and at thread exit.
- * Checking the depth costs one load per full buffer, nothing per free. */
+ * Checking the depth costs one load per full buffer; per free, adoption
+ * costs a compare with the heap being adopted from. */
 #define REMOTE_ADOPT_DEPTH 8
 #define REMOTE_KEPT_MAX    (256 * 1024)
 
