@@ -336,3 +336,29 @@ Test(threads, after_adopting_a_buffer_a_thread_keeps_the_next_free_at_once, .tim
                  job.got, job.last);
     free(job.got);
 }
+
+/* Blocks that other threads freed come back before the current page
+ * carves fresh memory: after another thread freed the first round, a
+ * second round of the same size gets mostly the same blocks. (Carving on
+ * first would hand out the rest of the page, none of them.) */
+enum { BACK_N = 150, BACK_SIZE = 176 };
+
+Test(threads, blocks_freed_by_another_thread_are_reused_before_fresh_memory)
+{
+    static void *first[BACK_N], *second[BACK_N];
+    for (int i = 0; i < BACK_N; i++)
+        first[i] = malloc(BACK_SIZE);
+    struct free_job job = { first, BACK_N };
+    pthread_t t;
+    pthread_create(&t, NULL, run_free_job, &job);
+    pthread_join(t, NULL);      /* its last, partial buffer goes home at exit */
+    int reused = 0;
+    for (int i = 0; i < BACK_N; i++) {
+        second[i] = malloc(BACK_SIZE);
+        for (int j = 0; j < BACK_N; j++)
+            reused += second[i] == first[j];
+    }
+    for (int i = 0; i < BACK_N; i++)
+        free(second[i]);
+    cr_assert_geq(reused, BACK_N * 2 / 3, "%d of %d blocks reused", reused, BACK_N);
+}
