@@ -249,6 +249,13 @@ static void heap_maybe_collect(struct heap *h)
     large_cache_expire(false);
 }
 
+/* How far back heap_new_page looks for a retired page of the same class.
+ * A page that changes class keeps what the old class touched until the
+ * sweep trims it, and there are 48 medium and 56 small classes: looking
+ * at 8 took mstress's peak to 16.1 MiB, 64 to 13.3 (and threadchurn 64
+ * KiB lower). The walk happens once per page taken, not per block. */
+#define RETIRED_LOOK 64
+
 /* A page for cls: a retired one (same class first), a free page of one of
  * h's small segments, or a page of a new segment. */
 static struct page *heap_new_page(struct heap *h, unsigned cls)
@@ -256,7 +263,7 @@ static struct page *heap_new_page(struct heap *h, unsigned cls)
     unsigned k = kind_of_class(cls);
     struct page_queue *rq = &h->retired[k];
     struct page *pg = rq->last;
-    for (int i = 0; pg && i < 8; i++, pg = pg->prev) {
+    for (int i = 0; pg && i < RETIRED_LOOK; i++, pg = pg->prev) {
         if (pg->cls == cls) {
             page_queue_remove(rq, pg);
             return pg;
