@@ -36,6 +36,10 @@ struct heap {
     uint64_t trim_epoch;
     struct page_queue queue[NUM_CLASSES]; /* pages with room, per class */
     struct page_queue retired[2];         /* empty pages, oldest first */
+    /* The page of each class that retired last, while it stays retired:
+     * heap_new_page takes it back without walking the list (a walk over
+     * medium pages touches one segment header each). */
+    struct page *retired_of[NUM_CLASSES];
     struct segment *segments;             /* every segment this heap owns */
     struct heap *pool_next;
     /* Adopted blocks of other heaps, per small class (remote.h): `free` is

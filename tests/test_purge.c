@@ -181,3 +181,48 @@ Test(purge, a_heap_idle_past_the_delay_returns_empty_pages_at_its_next_sweep)
     long now = rss_kib();
     cr_assert_lt(now, full - 150 * 1024, "RSS %ld -> %ld KiB", full, now);
 }
+
+/* ---- a retired page goes back to its own class ------------------------ */
+
+#include <pthread.h>
+
+enum { RETIRE_CLASSES = 24 };
+
+static void *use_classes_and_exit(void *arg)
+{
+    void **first = arg;
+    void *v[RETIRE_CLASSES];
+    for (int i = 0; i < RETIRE_CLASSES; i++)
+        v[i] = malloc(16 + 48 * (size_t)i);     /* 24 different classes */
+    *first = v[0];
+    for (int i = 0; i < RETIRE_CLASSES; i++)
+        free(v[i]);
+    /* Past half the purge delay, the exit's sweep covers small pages; short
+     * of the whole delay, it retires the empty ones without purging them. */
+    sleep_ms(60);
+    return NULL;
+}
+
+static void *take_one(void *arg)
+{
+    *(void **)arg = malloc(16);
+    return NULL;
+}
+
+Test(purge, a_new_thread_gets_the_retired_page_of_its_own_class)
+{
+    /* The first thread's heap goes to the pool with 24 retired pages, the
+     * 16-byte one retired first (more than 8 back from the newest). The next thread takes that heap; its
+     * malloc(16) must land in the same page, not in another class's page
+     * re-carved (which keeps what the old class touched). */
+    cr_assert_eq(tally_option_set("purge_delay", "100"), 0);
+    void *old = NULL, *got = NULL;
+    pthread_t t;
+    pthread_create(&t, NULL, use_classes_and_exit, &old);
+    pthread_join(t, NULL);
+    pthread_create(&t, NULL, take_one, &got);
+    pthread_join(t, NULL);
+    cr_assert_eq((uintptr_t)got >> 16, (uintptr_t)old >> 16,
+                 "malloc(16) at %p, the retired 16-byte page held %p", got, old);
+    free(got);
+}
