@@ -84,7 +84,7 @@ static void heap_purge_page(struct heap *h, struct page *pg)
      * earlier classes carved beyond this one's reach. */
     size_t touched = align_up(pg->touched, OS_PAGE);
     if (touched)
-        os_purge(pg->start, touched);
+        os_purge(page_start(pg), touched);
     segment_release_page(s, pg);
     if (s->pages_in_use)
         return;

@@ -13,7 +13,7 @@ HIDDEN size_t init_mmap_threshold(void);
 HIDDEN size_t init_large_cache_bytes(void);
 HIDDEN bool init_secure(void);
 
-/* Provided by heap.c for start-up. */
+/* Provided by heap_life.c for start-up. */
 HIDDEN void heap_empty_init(void);
 HIDDEN void heap_process_init(void);
 

@@ -15,27 +15,26 @@ void page_init(struct segment *s, struct page *pg, unsigned cls)
     uint8_t *base = (uint8_t *)s + (s->kind == SEG_MEDIUM ? MEDIUM_HEADER
                                     : (pg->index == 0 ? SMALL_HEADER
                                        : (size_t)pg->index * PAGE_SIZE));
+    uint32_t bs = sizeclass_block_size[cls];
     pg->cls = (uint8_t)cls;
-    pg->block_size = sizeclass_block_size[cls];
-    pg->capacity = (uint16_t)(area / pg->block_size);
+    pg->capacity = (uint16_t)(area / bs);
     pg->reserved = 0;
     pg->held = 0;
     pg->swept_used = UINT32_MAX;
     pg->used = 0;
     pg->free = NULL;
     pg->flags = 0;
-    pg->start = base;
     pg->next = pg->prev = NULL;
-    *page_shape_of(pg) = (struct page_shape){ .start = base, .block_size = pg->block_size,
+    *page_shape_of(pg) = (struct page_shape){ .start = base, .block_size = bs,
                                               .cls = (uint8_t)cls, .in_use = 1 };
     os_mark_defined(base, area);
 }
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static struct block *page_block(const struct page *pg, uint32_t i)
+static struct block *page_block(struct page *pg, uint32_t i)
 {
-    return (struct block *)(pg->start + (size_t)i * pg->block_size);
+    return (struct block *)(page_start(pg) + (size_t)i * page_block_size(pg));
 }
 
 static void list_prepend(struct block **head, struct block *b)
@@ -50,9 +49,9 @@ static void map_set(uint64_t *map, uint32_t i) { map[i >> 6] |= (uint64_t)1 << (
 /* ---- held OS pages ---------------------------------------------------- */
 
 /* Whether block i overlaps an OS page in `held`. */
-static bool block_is_held(const struct page *pg, uint32_t i, uint16_t held)
+static bool block_is_held(struct page *pg, uint32_t i, uint16_t held)
 {
-    uint32_t bs = pg->block_size;
+    uint32_t bs = page_block_size(pg);
     uint32_t lo = (i * bs) >> OS_SHIFT, hi = ((i + 1) * bs - 1) >> OS_SHIFT;
     uint32_t span = ((2u << hi) - 1) & ~((1u << lo) - 1);
     return held & span;
@@ -74,10 +73,11 @@ static NOINLINE struct block *page_unhold(struct page *pg)
 }
 
 /* Marks free blocks in `map`: those on the list and those held. */
-static void page_map_free(const struct page *pg, uint64_t *map)
+static void page_map_free(struct page *pg, uint64_t *map)
 {
+    uint8_t *start = page_start(pg);
     for (struct block *b = pg->free; b; b = block_next(b))
-        map_set(map, sizeclass_div((uint32_t)((uint8_t *)b - pg->start), pg->cls));
+        map_set(map, sizeclass_div((uint32_t)((uint8_t *)b - start), pg->cls));
     for (uint32_t i = 0; pg->held && i < pg->reserved; i++)
         if (block_is_held(pg, i, pg->held))
             map_set(map, i);
@@ -93,7 +93,7 @@ static bool map_all_set(const uint64_t *map, uint32_t first, uint32_t last)
 
 void page_purge_free_runs(struct page *pg)
 {
-    uint32_t bs = pg->block_size, n = pg->reserved;
+    uint32_t bs = page_block_size(pg), n = pg->reserved;
     uint32_t whole = (n * bs) >> OS_SHIFT;    /* OS pages fully carved */
     uint64_t map[MAX_BLOCKS / 64] = { 0 };
     page_map_free(pg, map);
@@ -111,7 +111,7 @@ void page_purge_free_runs(struct page *pg)
         while (k + run < whole && (fresh & (1u << (k + run))))
             run++;
         if (run)
-            os_purge(pg->start + ((size_t)k << OS_SHIFT), (size_t)run << OS_SHIFT);
+            os_purge(page_start(pg) + ((size_t)k << OS_SHIFT), (size_t)run << OS_SHIFT);
         k += run ? run : 1;
     }
     pg->held |= fresh;
@@ -124,11 +124,11 @@ void page_purge_free_runs(struct page *pg)
 
 void page_purge_tail(struct page *pg)
 {
-    size_t reach = align_up((size_t)pg->reserved * pg->block_size, OS_PAGE);
+    size_t reach = align_up((size_t)pg->reserved * page_block_size(pg), OS_PAGE);
     size_t end = align_up(pg->touched, OS_PAGE);
     if (end <= reach)
         return;
-    os_purge(pg->start + reach, end - reach);
+    os_purge(page_start(pg) + reach, end - reach);
     pg->touched = (uint32_t)reach;
 }
 
@@ -136,12 +136,13 @@ void page_purge_tail(struct page *pg)
 
 void page_purge_free_blocks(struct page *pg)
 {
+    uint32_t bs = page_block_size(pg);
     for (struct block *b = pg->free; b; b = block_next(b)) {
         uintptr_t *word = (uintptr_t *)b;
         if (word[1] == (PURGED_MARK ^ block_secret))
             continue;
         uintptr_t lo = align_up((uintptr_t)b + 2 * sizeof(uintptr_t), OS_PAGE);
-        uintptr_t hi = ((uintptr_t)b + pg->block_size) & ~(uintptr_t)(OS_PAGE - 1);
+        uintptr_t hi = ((uintptr_t)b + bs) & ~(uintptr_t)(OS_PAGE - 1);
         if (hi > lo)
             os_purge((void *)lo, hi - lo);
         word[1] = PURGED_MARK ^ block_secret;
@@ -171,12 +172,14 @@ static uint32_t page_random(void)
 static struct block *page_thread_run(struct page *pg, uint32_t base, const uint16_t *order,
                                      uint32_t n)
 {
+    uint8_t *start = page_start(pg);
+    size_t bs = page_block_size(pg);
     struct block *head = NULL;
     for (uint32_t i = n - 1; i >= 1; i--)
-        list_prepend(&head, page_block(pg, base + (order ? order[i] : i)));
+        list_prepend(&head, (struct block *)(start + (base + (order ? order[i] : i)) * bs));
     pg->free = head;
     pg->used++;
-    return page_block(pg, base + (order ? order[0] : 0));
+    return (struct block *)(start + (base + (order ? order[0] : 0)) * bs);
 }
 
 /* Secure mode: the run's blocks are handed out in random order, so an
@@ -208,7 +211,7 @@ struct block *page_extend(struct page *pg)
 {
     if (pg->held)
         return page_unhold(pg);
-    uint32_t bs = pg->block_size, base = pg->reserved;
+    uint32_t bs = page_block_size(pg), base = pg->reserved;
     uint32_t os_page = (base * bs) >> OS_SHIFT;
     uint32_t n = 1;
     if (bs < OS_PAGE && pg->touched > (os_page << OS_SHIFT)) {

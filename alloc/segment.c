@@ -146,9 +146,7 @@ struct page *segment_take_page(struct segment *s)
     unsigned i = (unsigned)__builtin_ctzll(s->free_pages);
     s->free_pages &= ~((uint64_t)1 << i);
     s->pages_in_use++;
-    struct page *pg = &s->pages[i];
-    pg->in_use = 1;
-    return pg;
+    return &s->pages[i];
 }
 
 /* Precondition: pg's area has been purged (or was never touched). */

@@ -49,13 +49,15 @@ static inline void block_set_next(struct block *b, const struct block *next)
     b->link = (uintptr_t)next ^ block_secret;
 }
 
+/* A page's descriptor: what its owner reads and writes as it allocates
+ * and frees. Where the page lies and how it is cut up is its shape (below,
+ * page_start and page_block_size); `cls` and `reserved` are in both, the
+ * owner's copies on the line it works on, the shape's for other threads. */
 struct page {
-    struct block *free;        /* fast-path free list */
+    _Alignas(64) struct block *free;    /* fast-path free list; a line each */
     uint32_t used;             /* blocks handed out and not yet freed */
     uint16_t flags;
     uint8_t  cls;
-    uint8_t  in_use;           /* assigned to a class (else free in segment) */
-    uint32_t block_size;
     uint16_t capacity;         /* blocks that fit in the page */
     uint16_t reserved;         /* blocks carved from the area so far */
     uint16_t index;            /* position in the segment */
@@ -63,7 +65,6 @@ struct page {
                                   lives; their (free) blocks are off the list */
     uint32_t touched;          /* bytes from the area's start carved since it
                                   was last purged, by this class or earlier ones */
-    uint8_t *start;            /* first block */
     struct page *next, *prev;  /* class queue or retired list */
     union {
         uint64_t retired_at;   /* retired: ms when it joined the list */
@@ -74,17 +75,19 @@ struct page {
 
 _Static_assert(sizeof(struct page) == 64, "one descriptor per cache line");
 
-/* The part of a page's layout that other threads check a freed block
- * against (raw.c), copied apart from the page descriptor: the owner writes
- * its descriptor's line on every malloc and free, and a check that read it
- * would pull that line back and forth between the two cores. A shape
- * changes only when the page is set up, carves and is released. */
+/* A page's layout, the one place it is kept: where the blocks start and
+ * how big they are, and whether the page is assigned to a class. Other
+ * threads check a freed block against it (raw.c); it sits apart from the
+ * descriptors because the owner writes its descriptor's line on every
+ * malloc and free, and a check that read that line would pull it back and
+ * forth between the cores. A shape changes only when the page is set up,
+ * carves and is released. */
 struct page_shape {
-    uint8_t *start;
+    uint8_t *start;            /* first block */
     uint32_t block_size;
     uint16_t reserved;         /* written with an atomic store */
     uint8_t cls;
-    uint8_t in_use;
+    uint8_t in_use;            /* assigned to a class (else free in segment) */
 };
 
 struct heap;
@@ -138,6 +141,10 @@ static inline struct page_shape *page_shape_of(struct page *pg)
 {
     return &segment_of(pg)->shapes[pg->index];
 }
+
+/* Only for pages inside a segment (not page_empty or a kept list). */
+static inline uint8_t *page_start(struct page *pg) { return page_shape_of(pg)->start; }
+static inline uint32_t page_block_size(struct page *pg) { return page_shape_of(pg)->block_size; }
 
 /* The shape of p's page, found from the address alone (no descriptor read). */
 static inline struct page_shape *segment_shape_of(struct segment *s, const void *p)

@@ -21,10 +21,11 @@ static void usage_add_segment(struct segment *s, void *arg)
     u->segment_bytes += SEGMENT_SIZE;
     for (uint32_t i = 0; i < s->page_count; i++) {
         const struct page *pg = &s->pages[i];
+        const struct page_shape *sh = &s->shapes[i];
         uint32_t used = __atomic_load_n(&pg->used, __ATOMIC_RELAXED);
-        if (!pg->in_use)
+        if (!sh->in_use)
             continue;
-        u->allocated_bytes += (uint64_t)used * pg->block_size;
+        u->allocated_bytes += (uint64_t)used * sh->block_size;
         u->free_blocks += pg->reserved - used;
         u->page_bytes += page_area_size(s, pg);
         u->class_blocks[pg->cls] += used;
