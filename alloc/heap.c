@@ -214,9 +214,10 @@ size_t heap_kept_bytes(const struct heap *h)
     return bytes;
 }
 
-/* Sends kept blocks home: every list, or only those nobody took from since
- * the last sweep (a kept list's swept_used is its `used` at that sweep). */
-static void heap_release_kept(struct heap *h, bool idle_only)
+/* Sends other heaps' blocks home: kept lists (every one, or only those
+ * nobody took from since the last sweep: a kept list's swept_used is its
+ * `used` at that sweep), then the thread's partial transfer buffers. */
+static void heap_send_home(struct heap *h, bool idle_only)
 {
     for (unsigned cls = 0; cls < NUM_SMALL_CLASSES; cls++) {
         struct page *k = &h->kept[cls];
@@ -231,12 +232,12 @@ static void heap_release_kept(struct heap *h, bool idle_only)
         k->touched = k->used;
         remote_send_home(list);
     }
+    remote_flush();
 }
 
 void heap_tidy_own(struct heap *h, uint64_t now, uint64_t delay)
 {
-    heap_release_kept(h, false);
-    remote_flush();
+    heap_send_home(h, false);
     heap_tidy(h, now, delay);
 }
 
@@ -249,8 +250,7 @@ static void heap_maybe_collect(struct heap *h)
         return;
     uint64_t delay = h->trim_epoch == epoch ? init_purge_delay_ms() : 0;
     h->trim_epoch = epoch;
-    heap_release_kept(h, delay != 0);
-    remote_flush();
+    heap_send_home(h, delay != 0);
     heap_collect(h, now, delay);
     uint64_t interval = delay / MEDIUM_DELAY_DIVISOR / 2;
     h->next_collect_ms = now + (interval ? interval : 1);
