@@ -44,6 +44,16 @@ HIDDEN _Atomic uint64_t heap_trim_epoch;
 
 /* ---- heap life cycle ------------------------------------------------- */
 
+/* Every class's current page, and every direct[] slot, is page_empty
+ * (what heap_set_current would leave, written straight). */
+static void heap_clear_current(struct heap *h)
+{
+    for (unsigned i = 0; i < DIRECT_SLOTS; i++)
+        h->direct[i] = &page_empty;
+    for (unsigned i = 0; i < NUM_CLASSES; i++)
+        h->current[i] = &page_empty;
+}
+
 /* Precondition: heap_lock held. */
 static struct heap *heap_new(uint8_t state)
 {
@@ -57,8 +67,7 @@ static struct heap *heap_new(uint8_t state)
     }
     struct heap *h = chunk_next++;
     chunk_left -= sizeof(struct heap);
-    for (unsigned i = 0; i < NUM_CLASSES; i++)
-        heap_set_current(h, i, &page_empty);
+    heap_clear_current(h);
     h->tag = (uint16_t)++heap_count;
     h->state = state;
     heap_table[h->tag] = h;
@@ -153,10 +162,7 @@ void heap_thread_exit(void *arg)
 
 void heap_empty_init(void)
 {
-    for (unsigned i = 0; i < DIRECT_SLOTS; i++)
-        heap_empty.direct[i] = &page_empty;
-    for (unsigned i = 0; i < NUM_CLASSES; i++)
-        heap_empty.current[i] = &page_empty;
+    heap_clear_current(&heap_empty);
     heap_empty.tag = TAG_EMPTY;
 }
 
