@@ -46,31 +46,40 @@ bool large_cache_put(void *base, size_t size)
     return true;
 }
 
-void *large_cache_take(size_t size, size_t *got)
+/* The entry that covers `need` most closely, else the largest; -1 when
+ * the cache is empty. Called with the lock held. */
+static int cache_pick(size_t need)
 {
-    pthread_mutex_lock(&cache_lock);
     int best = -1;
     for (unsigned i = 0; i < count; i++) {
-        bool fits = slots[i].size >= size;
         if (best < 0) {
             best = (int)i;
             continue;
         }
-        bool best_fits = slots[best].size >= size;
-        /* A fitting entry beats a short one; among equals, the closer. */
+        bool fits = slots[i].size >= need, best_fits = slots[best].size >= need;
         if (fits != best_fits ? fits
                               : (fits ? slots[i].size < slots[best].size
                                       : slots[i].size > slots[best].size))
             best = (int)i;
     }
-    void *base = NULL;
-    if (best >= 0) {
-        struct cache_entry e = cache_remove((unsigned)best);
-        base = e.base;
-        *got = e.size;
+    return best;
+}
+
+unsigned large_cache_take(size_t size, struct large_piece out[LARGE_CACHE_SLOTS])
+{
+    unsigned n = 0;
+    size_t got = 0;
+    pthread_mutex_lock(&cache_lock);
+    while (got < size) {
+        int i = cache_pick(size - got);
+        if (i < 0)
+            break;
+        struct cache_entry e = cache_remove((unsigned)i);
+        out[n++] = (struct large_piece){ e.base, e.size };
+        got += e.size;
     }
     pthread_mutex_unlock(&cache_lock);
-    return base;
+    return n;
 }
 
 void large_cache_expire(bool all)

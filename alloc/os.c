@@ -150,9 +150,16 @@ void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align)
     return os_move_resized(p, old_size, new_size, align);
 }
 
-void *os_move_aligned(void *p, size_t size, size_t align)
+bool os_move_into(void *p, size_t size, void *dst)
 {
-    return os_move_resized(p, size, size, align);
+    uint64_t t0 = os_call_begin();
+    void *q = mremap(p, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
+    os_call_end(OS_MREMAP, t0);
+    if (q == MAP_FAILED)
+        return false;
+    /* dst's pages were already counted as mapped; p's range is gone. */
+    atomic_fetch_sub_explicit(&bytes_mapped, size, memory_order_relaxed);
+    return true;
 }
 
 void os_counters_read(struct os_counters *out)

@@ -97,6 +97,44 @@ Test(large, a_freed_large_block_is_reused_warm)
     free(p);
 }
 
+Test(large, cached_blocks_are_glued_for_a_bigger_request)
+{
+    /* Neither cached block is big enough alone; their pages move into one
+     * mapping instead of the request faulting most of its pages in. */
+    size_t n = 6u << 20, big = 11u << 20;
+    char *p = malloc(n), *q = malloc(n);
+    memset(p, 1, n);
+    memset(q, 2, n);
+    free(p);
+    free(q);
+    long faults = minor_faults();
+    char *r = malloc(big);
+    memset(r, 3, big);
+    long taken = minor_faults() - faults;
+    cr_assert_lt(taken, 64, "an 11 MiB block from two cached 6 MiB ones took %ld faults", taken);
+    cr_assert_eq(r[0], 3);
+    cr_assert_eq(r[big - 1], 3);
+    free(r);
+}
+
+Test(large, a_split_tail_serves_the_next_request_warm)
+{
+    size_t n = 24u << 20;
+    char *p = malloc(n);
+    memset(p, 1, n);
+    free(p);
+    long faults = minor_faults();
+    char *a = malloc(5u << 20), *b = malloc(15u << 20);
+    memset(a, 2, 5u << 20);
+    memset(b, 3, 15u << 20);
+    long taken = minor_faults() - faults;
+    cr_assert_lt(taken, 64, "5 + 15 MiB out of a cached 24 MiB block took %ld faults", taken);
+    cr_assert_eq(a[(5u << 20) - 1], 2);
+    cr_assert_eq(b[0], 3);
+    free(a);
+    free(b);
+}
+
 Test(large, calloc_of_a_reused_large_block_is_zero)
 {
     for (size_t n = 1u << 20; n <= (24u << 20); n = n * 3 / 2) {
