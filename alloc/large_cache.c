@@ -37,6 +37,15 @@ bool large_cache_put(void *base, size_t size)
     pthread_mutex_lock(&cache_lock);
     while (count && (count == LARGE_CACHE_SLOTS || bytes + size > limit))
         evicted[n_evicted++] = cache_remove(0);
+    if (size < SEGMENT_SIZE) {
+        /* The oldest of the entries below a segment, when they are many. */
+        unsigned small = 0, oldest = 0;
+        for (unsigned i = 0; i < count; i++)
+            if (slots[i].size < SEGMENT_SIZE && small++ == 0)
+                oldest = i;
+        if (small >= LARGE_CACHE_SMALL_SLOTS)
+            evicted[n_evicted++] = cache_remove(oldest);
+    }
     slots[count] = (struct cache_entry){ base, size, os_now_ms() };
     __atomic_store_n(&count, count + 1, __ATOMIC_RELAXED);
     bytes += size;

@@ -135,6 +135,27 @@ Test(large, a_split_tail_serves_the_next_request_warm)
     free(b);
 }
 
+Test(large, the_cache_keeps_few_blocks_below_a_segment)
+{
+    /* Sixteen freed 1 MiB blocks: the cache keeps eight of them mapped
+     * (warm), and unmaps the rest. */
+    enum { N = 16 };
+    size_t n = 1u << 20;
+    char *v[N];
+    uint64_t before = stats().mapped_bytes;
+    for (int i = 0; i < N; i++) {
+        v[i] = malloc(n);
+        memset(v[i], i, n);
+    }
+    for (int i = 0; i < N; i++)
+        free(v[i]);
+    uint64_t kept = stats().mapped_bytes - before;
+    cr_assert_geq(kept, 8 * n, "the cache keeps 8 blocks (%llu bytes still mapped)",
+                  (unsigned long long)kept);
+    cr_assert_lt(kept, 9 * n, "the cache keeps only 8 blocks (%llu bytes still mapped)",
+                 (unsigned long long)kept);
+}
+
 Test(large, calloc_of_a_reused_large_block_is_zero)
 {
     for (size_t n = 1u << 20; n <= (24u << 20); n = n * 3 / 2) {
