@@ -211,7 +211,8 @@ struct block *page_extend(struct page *pg)
 {
     if (pg->held)
         return page_unhold(pg);
-    uint32_t bs = page_block_size(pg), base = pg->reserved;
+    struct page_shape *sh = page_shape_of(pg);
+    uint32_t bs = sh->block_size, base = pg->reserved;
     uint32_t os_page = (base * bs) >> OS_SHIFT;
     uint32_t n = 1;
     if (bs < OS_PAGE && pg->touched > (os_page << OS_SHIFT)) {
@@ -222,10 +223,17 @@ struct block *page_extend(struct page *pg)
     }
     /* Atomic for other threads' reads (statistics; remote frees read the shape). */
     __atomic_store_n(&pg->reserved, (uint16_t)(base + n), __ATOMIC_RELAXED);
-    __atomic_store_n(&page_shape_of(pg)->reserved, (uint16_t)(base + n), __ATOMIC_RELAXED);
+    __atomic_store_n(&sh->reserved, (uint16_t)(base + n), __ATOMIC_RELAXED);
     if ((base + n) * bs > pg->touched)
         pg->touched = (base + n) * bs;
-    if (unlikely(init_secure()) && n > 2)
+    if (n == 1) {
+        /* A block alone (a fresh OS page, or blocks of 4 KiB and up): the
+         * path a fresh block of 1-8 KiB takes on every call or every
+         * other one, so it threads nothing and asks nothing else. */
+        pg->used++;
+        return (struct block *)(sh->start + (size_t)base * bs);
+    }
+    if (unlikely(n > 2 && init_secure()))
         return page_extend_shuffled(pg, base, n);
     return page_thread_run(pg, base, NULL, n);
 }
