@@ -1,5 +1,6 @@
 /*
- * large.c - mmap-backed blocks and their mremap-based realloc.
+ * large.c - mmap-backed blocks, their mremap-based realloc, and how a
+ * request is served from the large cache (split, glued or grown).
  */
 #include "large.h"
 #include "segment.h"

@@ -4,8 +4,9 @@
  * Giving every freed large block straight back to the kernel means the next
  * one is faulted in page by page (jemalloc and mimalloc spend most of the
  * malloc-large workload in the kernel that way). A few freed mappings are
- * kept instead, resident, and resized with mremap to fit the next request;
- * they are unmapped once unused for LARGE_CACHE_EXPIRE_MS or on malloc_trim.
+ * kept instead, resident; large.c splits, glues and grows them with mremap
+ * to fit the next request. They are unmapped once unused for
+ * LARGE_CACHE_EXPIRE_MS or on malloc_trim.
  * Bounded by the large_cache option (bytes), so the RSS it holds is too.
  */
 #ifndef TALLY_LARGE_CACHE_H
