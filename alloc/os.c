@@ -152,6 +152,8 @@ void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align)
 
 bool os_move_into(void *p, size_t size, void *dst)
 {
+    if (os_should_fail())
+        return false;
     uint64_t t0 = os_call_begin();
     void *q = mremap(p, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
     os_call_end(OS_MREMAP, t0);

@@ -117,6 +117,30 @@ Test(large, cached_blocks_are_glued_for_a_bigger_request)
     free(r);
 }
 
+Test(large, a_failed_glue_still_gives_a_whole_block)
+{
+    /* The n-th kernel call of the glue fails: the reservation, then each
+     * move. The request is still served, whole and writable. */
+    size_t n = 6u << 20, big = 11u << 20;
+    for (int fail_at = 1; fail_at <= 4; fail_at++) {
+        char *p = malloc(n), *q = malloc(n);
+        memset(p, 1, n);
+        memset(q, 2, n);
+        free(p);
+        free(q);
+        char num[8];
+        snprintf(num, sizeof num, "%d", fail_at);
+        cr_assert_eq(tally_option_set("test_fail_mmap", num), 0);
+        char *r = malloc(big);
+        cr_assert_eq(tally_option_set("test_fail_mmap", "0"), 0);
+        cr_assert_not_null(r, "fail_at=%d", fail_at);
+        memset(r, 3, big);
+        cr_assert_eq(r[0] + r[big / 2] + r[big - 1], 9);
+        free(r);
+        malloc_trim(0);
+    }
+}
+
 Test(large, a_split_tail_serves_the_next_request_warm)
 {
     size_t n = 24u << 20;
