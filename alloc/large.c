@@ -175,6 +175,23 @@ void large_free(void *p, const char *func)
         os_unmap(h, map_size);
 }
 
+/* mremap grows or moves only a range that lies inside one kernel mapping
+ * (VMA), and a block glued from several cached mappings spans several:
+ * their pages keep apart whatever they were first faulted under. Such a
+ * block moves once, by copy, to a fresh mapping of its own, which mremap
+ * serves from then on (glibc's realloc falls back the same way when mremap
+ * fails). NULL when no fresh mapping can be had. h is untagged. */
+static struct large_header *large_move_by_copy(struct large_header *h, size_t old_map,
+                                               size_t new_map)
+{
+    struct large_header *n = os_map_aligned(new_map, h->base_align);
+    if (!n)
+        return NULL;
+    memcpy(n, h, old_map < new_map ? old_map : new_map);
+    os_unmap(h, old_map);
+    return n;
+}
+
 void *large_realloc(void *p, size_t size)
 {
     struct large_header *h = large_checked(p, "realloc");
@@ -191,6 +208,8 @@ void *large_realloc(void *p, size_t size)
     if (guard)
         os_protect((char *)h + old_map - guard, guard, false);
     struct large_header *n = os_remap_aligned(h, old_map, new_map, h->base_align);
+    if (!n && !guard && new_map > old_map)
+        n = large_move_by_copy(h, old_map, new_map);
     if (!n) {
         if (guard)
             os_protect((char *)h + old_map - guard, guard, true);

@@ -141,6 +141,30 @@ Test(large, a_failed_glue_still_gives_a_whole_block)
     }
 }
 
+Test(large, a_glued_block_grows_with_realloc)
+{
+    /* The glued block spans the kernel mappings of both cached blocks,
+     * which mremap cannot grow as one: realloc must still succeed, with
+     * the contents, and go on growing the moved block. */
+    size_t n = 6u << 20, big = 11u << 20;
+    char *p = malloc(n), *q = malloc(n);
+    memset(p, 1, n);
+    memset(q, 2, n);
+    free(p);
+    free(q);
+    char *r = malloc(big);
+    memset(r, 3, big);
+    r[big - 1] = 4;
+    for (size_t grow = 16u << 20; grow <= (40u << 20); grow += 8u << 20) {
+        r = realloc(r, grow);
+        cr_assert_not_null(r, "realloc of a glued block to %zu bytes", grow);
+        cr_assert_eq(r[0], 3);
+        cr_assert_eq(r[big / 2], 3);
+        cr_assert_eq(r[big - 1], 4);
+    }
+    free(r);
+}
+
 Test(large, a_split_tail_serves_the_next_request_warm)
 {
     size_t n = 24u << 20;
