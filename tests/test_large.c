@@ -83,30 +83,46 @@ Test(large, calloc_of_large_is_zero_and_usable_size_is_mapped_size)
     free(p);
 }
 
-Test(large, a_freed_large_block_is_reused_warm)
+/* Leaves one touched block of n bytes in the large cache. */
+static void cache_one(size_t n)
 {
-    size_t n = 8u << 20;
     char *p = malloc(n);
     memset(p, 1, n);
     free(p);
+}
+
+Test(large, a_freed_large_block_is_reused_warm)
+{
+    size_t n = 8u << 20;
+    cache_one(n);
     long faults = minor_faults();
-    p = malloc(n);
+    char *p = malloc(n);
     memset(p, 2, n);
     long taken = minor_faults() - faults;
     cr_assert_lt(taken, 64, "reusing a cached block took %ld faults", taken);
     free(p);
 }
 
+/* Leaves two touched 6 MiB blocks in the large cache: neither alone
+ * covers an 11 MiB request, so that request glues them. */
+#define GLUE_PIECE (6u << 20)
+#define GLUE_BIG   (11u << 20)
+
+static void cache_two_pieces(void)
+{
+    char *p = malloc(GLUE_PIECE), *q = malloc(GLUE_PIECE);
+    memset(p, 1, GLUE_PIECE);
+    memset(q, 2, GLUE_PIECE);
+    free(p);
+    free(q);
+}
+
 Test(large, cached_blocks_are_glued_for_a_bigger_request)
 {
     /* Neither cached block is big enough alone; their pages move into one
      * mapping instead of the request faulting most of its pages in. */
-    size_t n = 6u << 20, big = 11u << 20;
-    char *p = malloc(n), *q = malloc(n);
-    memset(p, 1, n);
-    memset(q, 2, n);
-    free(p);
-    free(q);
+    size_t big = GLUE_BIG;
+    cache_two_pieces();
     long faults = minor_faults();
     char *r = malloc(big);
     memset(r, 3, big);
@@ -121,13 +137,9 @@ Test(large, a_failed_glue_still_gives_a_whole_block)
 {
     /* The n-th kernel call of the glue fails: the reservation, then each
      * move. The request is still served, whole and writable. */
-    size_t n = 6u << 20, big = 11u << 20;
+    size_t big = GLUE_BIG;
     for (int fail_at = 1; fail_at <= 4; fail_at++) {
-        char *p = malloc(n), *q = malloc(n);
-        memset(p, 1, n);
-        memset(q, 2, n);
-        free(p);
-        free(q);
+        cache_two_pieces();
         char num[8];
         snprintf(num, sizeof num, "%d", fail_at);
         cr_assert_eq(tally_option_set("test_fail_mmap", num), 0);
@@ -146,12 +158,8 @@ Test(large, a_glued_block_grows_with_realloc)
     /* The glued block spans the kernel mappings of both cached blocks,
      * which mremap cannot grow as one: realloc must still succeed, with
      * the contents, and go on growing the moved block. */
-    size_t n = 6u << 20, big = 11u << 20;
-    char *p = malloc(n), *q = malloc(n);
-    memset(p, 1, n);
-    memset(q, 2, n);
-    free(p);
-    free(q);
+    size_t big = GLUE_BIG;
+    cache_two_pieces();
     char *r = malloc(big);
     memset(r, 3, big);
     r[big - 1] = 4;
@@ -167,10 +175,7 @@ Test(large, a_glued_block_grows_with_realloc)
 
 Test(large, a_split_tail_serves_the_next_request_warm)
 {
-    size_t n = 24u << 20;
-    char *p = malloc(n);
-    memset(p, 1, n);
-    free(p);
+    cache_one(24u << 20);
     long faults = minor_faults();
     char *a = malloc(5u << 20), *b = malloc(15u << 20);
     memset(a, 2, 5u << 20);
