@@ -32,6 +32,8 @@ bool large_cache_put(void *base, size_t size)
     size_t limit = init_large_cache_bytes();
     if (size > limit / 2)
         return false;
+    /* At most every entry; the cap below a segment adds one only when 8
+     * small entries are left, so the total never passes the slot count. */
     struct cache_entry evicted[LARGE_CACHE_SLOTS];
     unsigned n_evicted = 0;
     pthread_mutex_lock(&cache_lock);
