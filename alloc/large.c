@@ -51,7 +51,9 @@ static struct large_header *large_glue(struct large_piece *pc, unsigned n, size_
     char *dst = os_map_aligned(size, SEGMENT_SIZE);
     size_t off = 0;
     for (unsigned i = 0; i < n; i++) {
-        if (!dst || !os_move_into(pc[i].base, pc[i].size, dst + off))
+        if (dst)
+            os_move_into(pc[i].base, pc[i].size, dst + off, false);
+        else
             os_unmap(pc[i].base, pc[i].size);
         off += pc[i].size;
     }
@@ -62,9 +64,10 @@ static struct large_header *large_glue(struct large_piece *pc, unsigned n, size_
  * - the last mapping taken is split on the first segment boundary past
  *   what it must cover; the tail stays where it is, a mapping of its own,
  *   and goes back into the cache (no system call, no fault);
- * - one mapping too small is grown with mremap: only the new tail faults;
- * - several are glued: their pages move into one mapping, so a request
- *   bigger than any cached block still reuses their resident pages.
+ * - when what was taken falls short (several mappings, or one too small),
+ *   it is glued: the pages move into one fresh mapping, so a request
+ *   bigger than any cached block still reuses their resident pages, and
+ *   only the part none of them covers faults.
  * Splitting only up from 3x the request, and without gluing, a bigger
  * request faulted in what the cache could not give whole: malloc-large
  * took 130k faults and 0.25 s; glued and always split, 72k and 0.16 s
@@ -88,15 +91,12 @@ static struct large_header *large_take_cached(size_t *map_size)
         last->size = head;
     }
     size_t got = before + last->size;
-    *map_size = got > want ? got : want;
-    if (n > 1)
-        return large_glue(pc, n, *map_size);
-    if (got >= want)
+    if (n == 1 && got >= want) {
+        *map_size = got;
         return (struct large_header *)last->base;
-    void *grown = os_remap_aligned(last->base, got, want, SEGMENT_SIZE);
-    if (!grown)
-        os_unmap(last->base, got);
-    return grown;
+    }
+    *map_size = got > want ? got : want;
+    return large_glue(pc, n, *map_size);
 }
 
 void *large_alloc(size_t size, size_t align, size_t front, unsigned flags)
@@ -175,20 +175,18 @@ void large_free(void *p, const char *func)
         os_unmap(h, map_size);
 }
 
-/* mremap grows or moves only a range that lies inside one kernel mapping
- * (VMA), and a block glued from several cached mappings spans several:
- * their pages keep apart whatever they were first faulted under. Such a
- * block moves once, by copy, to a fresh mapping of its own, which mremap
- * serves from then on (glibc's realloc falls back the same way when mremap
- * fails). NULL when no fresh mapping can be had. h is untagged. */
-static struct large_header *large_move_by_copy(struct large_header *h, size_t old_map,
-                                               size_t new_map)
+/* A block glued from several cached mappings spans one kernel mapping
+ * per piece (pages keep apart whatever they were first faulted under), and
+ * mremap grows or moves only a range inside one: such a block grows by
+ * moving into a fresh mapping of the new size piece by piece
+ * (os_move_into; page tables, not bytes). NULL when no mapping can be
+ * had. h is untagged. */
+static struct large_header *large_move_pieces(struct large_header *h, size_t old_map,
+                                              size_t new_map)
 {
     struct large_header *n = os_map_aligned(new_map, h->base_align);
-    if (!n)
-        return NULL;
-    memcpy(n, h, old_map < new_map ? old_map : new_map);
-    os_unmap(h, old_map);
+    if (n)
+        os_move_into(h, old_map, n, true);
     return n;
 }
 
@@ -209,7 +207,7 @@ void *large_realloc(void *p, size_t size)
         os_protect((char *)h + old_map - guard, guard, false);
     struct large_header *n = os_remap_aligned(h, old_map, new_map, h->base_align);
     if (!n && !guard && new_map > old_map)
-        n = large_move_by_copy(h, old_map, new_map);
+        n = large_move_pieces(h, old_map, new_map);
     if (!n) {
         if (guard)
             os_protect((char *)h + old_map - guard, guard, true);

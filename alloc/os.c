@@ -15,7 +15,9 @@
 #else
 #define VALGRIND_MAKE_MEM_DEFINED(p, n) ((void)(p), (void)(n))
 #endif
+#include <errno.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <time.h>
 
 static _Atomic uint64_t n_calls[OS_CALLS], ns_calls[OS_CALLS];
@@ -150,18 +152,38 @@ void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align)
     return os_move_resized(p, old_size, new_size, align);
 }
 
-bool os_move_into(void *p, size_t size, void *dst)
+/* One mremap of [p, p + size) onto dst: 0, or the errno. */
+static int os_move_once(void *p, size_t size, void *dst)
 {
     if (os_should_fail())
-        return false;
+        return ENOMEM;
     uint64_t t0 = os_call_begin();
     void *q = mremap(p, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
     os_call_end(OS_MREMAP, t0);
-    if (q == MAP_FAILED)
-        return false;
-    /* dst's pages were already counted as mapped; p's range is gone. */
-    atomic_fetch_sub_explicit(&bytes_mapped, size, memory_order_relaxed);
-    return true;
+    return q == MAP_FAILED ? errno : 0;
+}
+
+/* The kernel moves only a range inside one of its mappings (EFAULT
+ * otherwise), and a range tally glued together spans one per piece: such a
+ * range moves half by half. Whatever cannot move is copied (keep) or
+ * dropped, then unmapped, so p's range is gone either way. */
+void os_move_into(void *p, size_t size, void *dst, bool keep)
+{
+    int err = os_move_once(p, size, dst);
+    if (err == 0) {
+        /* dst's pages were already counted as mapped; p's range is gone. */
+        atomic_fetch_sub_explicit(&bytes_mapped, size, memory_order_relaxed);
+        return;
+    }
+    if (err == EFAULT && size > OS_PAGE) {
+        size_t half = (size / 2) & ~(size_t)(OS_PAGE - 1);
+        os_move_into(p, half, dst, keep);
+        os_move_into((char *)p + half, size - half, (char *)dst + half, keep);
+        return;
+    }
+    if (keep)
+        memcpy(dst, p, size);
+    os_unmap(p, size);
 }
 
 void os_counters_read(struct os_counters *out)

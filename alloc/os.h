@@ -11,9 +11,12 @@
  *   - os_remap_aligned() resizes a mapping that starts at an `align`-aligned
  *     address, keeping that alignment, moving pages (never copying bytes)
  *     when it cannot grow in place. On failure the old mapping is untouched.
- *   - os_move_into() moves a mapping's pages onto [dst, dst + size), a
- *     range of a mapping of tally's own, replacing what was there; false
- *     leaves both be.
+ *   - os_move_into() moves the pages of [p, p + size) (page tables, not
+ *     bytes) onto [dst, dst + size), a range of a mapping of tally's own,
+ *     replacing what was there; p's range may span several kernel
+ *     mappings. It never fails: what the kernel will not move is copied
+ *     when `keep` says the contents matter, else dropped (dst keeps its
+ *     own zero pages there). Either way p's range is unmapped.
  *   - os_fail_after(n) makes the n-th next map/remap call fail (tests only;
  *     n = 0 switches injection off).
  * Counters are updated on every call for the stats layer.
@@ -40,7 +43,7 @@ HIDDEN void *os_map_aligned(size_t size, size_t align);
 HIDDEN void  os_unmap(void *p, size_t size);
 HIDDEN void  os_purge(void *p, size_t size);
 HIDDEN void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align);
-HIDDEN bool  os_move_into(void *p, size_t size, void *dst);
+HIDDEN void  os_move_into(void *p, size_t size, void *dst, bool keep);
 /* Under valgrind's memcheck: tells it that tally is taking [p, p + size)
  * back as its own memory (fresh page carving, a reused mapping's header),
  * so earlier freed blocks' no-access marks do not cover tally's metadata.
