@@ -70,8 +70,8 @@ static struct large_header *large_glue(struct large_piece *pc, unsigned n, size_
  *   only the part none of them covers faults.
  * Splitting only up from 3x the request, and without gluing, a bigger
  * request faulted in what the cache could not give whole: malloc-large
- * took 130k faults and 0.25 s; glued and always split, 72k and 0.16 s
- * at a lower peak RSS (tcmalloc: 60k faults, 0.13 s, 14% more RSS).
+ * took 130k faults and 0.25 s; glued and always split, 60k and 0.14 s
+ * at a lower peak RSS (tcmalloc: 60k faults, 0.14 s, 14% more RSS).
  * *map_size is updated to the size of the mapping returned. */
 static struct large_header *large_take_cached(size_t *map_size)
 {
