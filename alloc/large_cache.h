@@ -17,9 +17,10 @@
 /* Mappings kept at once. Each keeps whatever its blocks touched, so the
  * count bounds RSS as much as the byte limit does. Splitting leaves more,
  * smaller entries: with 8 slots malloc-large evicted them and took 128k
- * faults; 16 took it to 72k at a lower peak (204.5 against 206.5 MiB)
- * and cost mstress 11% more peak RSS (15.1 against 13.7 MiB) for 10%
- * less time. 32 measured the same as 16. */
+ * faults; 16 took it to 72k at a lower peak (204.5 against 206.5 MiB;
+ * 60k once glued mappings moved piece by piece, see os_move_into) and
+ * cost mstress 11% more peak RSS (15.1 against 13.7 MiB) for 10% less
+ * time, which the cap below takes back. 32 measured the same as 16. */
 #define LARGE_CACHE_SLOTS     16
 /* Of which at most this many below SEGMENT_SIZE: split tails are whole
  * segments, so this leaves malloc-large as it is and gives mstress (its
