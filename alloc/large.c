@@ -36,13 +36,6 @@ static void large_untag(struct large_header *h)
     segmap_set_range(h, h->map_size, TAG_NONE, TAG_NONE);
 }
 
-/* Gives back mappings taken from the cache that a request did not use. */
-static void large_put_back(char *base, size_t size)
-{
-    if (!large_cache_put(base, size))
-        os_unmap(base, size);
-}
-
 /* Moves the pieces' pages (page tables, not bytes) side by side into one
  * fresh mapping of `size` bytes; whatever they do not cover stays fresh.
  * NULL, with every piece unmapped, when the kernel says no. */
@@ -87,7 +80,7 @@ static struct large_header *large_take_cached(size_t *map_size)
     size_t rest = want - before;
     size_t head = align_up(rest, SEGMENT_SIZE);
     if (head < last->size) {
-        large_put_back(last->base + head, last->size - head);
+        large_cache_put(last->base + head, last->size - head);
         last->size = head;
     }
     size_t got = before + last->size;
@@ -170,24 +163,10 @@ void large_free(void *p, const char *func)
     h->magic = 0;
     atomic_fetch_sub_explicit(&live_count, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&live_bytes, map_size, memory_order_relaxed);
-    if (h->base_align != SEGMENT_SIZE || (h->flags & LARGE_GUARD) ||
-        !large_cache_put(h, map_size))
+    if (h->base_align != SEGMENT_SIZE || (h->flags & LARGE_GUARD))
         os_unmap(h, map_size);
-}
-
-/* A block glued from several cached mappings spans one kernel mapping
- * per piece (pages keep apart whatever they were first faulted under), and
- * mremap grows or moves only a range inside one: such a block grows by
- * moving into a fresh mapping of the new size piece by piece
- * (os_move_into; page tables, not bytes). NULL when no mapping can be
- * had. h is untagged. */
-static struct large_header *large_move_pieces(struct large_header *h, size_t old_map,
-                                              size_t new_map)
-{
-    struct large_header *n = os_map_aligned(new_map, h->base_align);
-    if (n)
-        os_move_into(h, old_map, n, true);
-    return n;
+    else
+        large_cache_put(h, map_size);
 }
 
 void *large_realloc(void *p, size_t size)
@@ -205,9 +184,9 @@ void *large_realloc(void *p, size_t size)
     large_untag(h);
     if (guard)
         os_protect((char *)h + old_map - guard, guard, false);
+    /* A glued block spans one kernel mapping per piece; os_remap_aligned
+     * moves it piece by piece. */
     struct large_header *n = os_remap_aligned(h, old_map, new_map, h->base_align);
-    if (!n && !guard && new_map > old_map)
-        n = large_move_pieces(h, old_map, new_map);
     if (!n) {
         if (guard)
             os_protect((char *)h + old_map - guard, guard, true);

@@ -27,11 +27,13 @@ static struct cache_entry cache_remove(unsigned i)
     return e;
 }
 
-bool large_cache_put(void *base, size_t size)
+void large_cache_put(void *base, size_t size)
 {
     size_t limit = init_large_cache_bytes();
-    if (size > limit / 2)
-        return false;
+    if (size > limit / 2) {
+        os_unmap(base, size);
+        return;
+    }
     /* At most every entry; the cap below a segment adds one only when 8
      * small entries are left, so the total never passes the slot count. */
     struct cache_entry evicted[LARGE_CACHE_SLOTS];
@@ -54,7 +56,6 @@ bool large_cache_put(void *base, size_t size)
     pthread_mutex_unlock(&cache_lock);
     for (unsigned i = 0; i < n_evicted; i++)
         os_unmap(evicted[i].base, evicted[i].size);
-    return true;
 }
 
 /* The entry that covers `need` most closely, else the largest; -1 when

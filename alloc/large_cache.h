@@ -29,9 +29,9 @@
 #define LARGE_CACHE_SMALL_SLOTS 8
 #define LARGE_CACHE_EXPIRE_MS 1000
 
-/* Keeps a freed SEGMENT_SIZE-aligned mapping; false when it is not kept
- * (the caller unmaps it). */
-HIDDEN bool large_cache_put(void *base, size_t size);
+/* Takes a freed SEGMENT_SIZE-aligned mapping: keeps it, or unmaps it when
+ * it is more than half the cache. */
+HIDDEN void large_cache_put(void *base, size_t size);
 struct large_piece { char *base; size_t size; };
 
 /* Takes cached mappings for a request of `size` bytes into out[]: while

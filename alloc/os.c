@@ -114,44 +114,6 @@ void os_purge(void *p, size_t size)
     atomic_fetch_add_explicit(&bytes_purged, size, memory_order_relaxed);
 }
 
-/* Reserves an aligned target, then lets the kernel move the page tables
- * onto it; MREMAP_FIXED replaces the reservation atomically. */
-static void *os_move_resized(void *p, size_t old_size, size_t new_size, size_t align)
-{
-    void *target = os_map_aligned(new_size, align);
-    if (!target)
-        return NULL;
-    uint64_t t0 = os_call_begin();
-    void *q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
-    os_call_end(OS_MREMAP, t0);
-    if (q == MAP_FAILED) {
-        os_unmap(target, new_size);
-        return NULL;
-    }
-    /* The old range is gone and the target's reservation was consumed. */
-    atomic_fetch_sub_explicit(&bytes_mapped, old_size, memory_order_relaxed);
-    return q;
-}
-
-void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align)
-{
-    if (new_size > old_size && os_should_fail())
-        return NULL;
-    /* Shrinking always succeeds in place; growing in place keeps the
-     * address and therefore the alignment. */
-    uint64_t t0 = os_call_begin();
-    void *q = mremap(p, old_size, new_size, 0);
-    os_call_end(OS_MREMAP, t0);
-    if (q != MAP_FAILED) {
-        atomic_fetch_add_explicit(&bytes_mapped, new_size - old_size,
-                                  memory_order_relaxed);
-        return q;
-    }
-    if (new_size <= old_size)
-        return NULL;
-    return os_move_resized(p, old_size, new_size, align);
-}
-
 /* One mremap of [p, p + size) onto dst: 0, or the errno. */
 static int os_move_once(void *p, size_t size, void *dst)
 {
@@ -184,6 +146,40 @@ void os_move_into(void *p, size_t size, void *dst, bool keep)
     if (keep)
         memcpy(dst, p, size);
     os_unmap(p, size);
+}
+
+void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align)
+{
+    if (new_size > old_size && os_should_fail())
+        return NULL;
+    /* Shrinking always succeeds in place; growing in place keeps the
+     * address and therefore the alignment. */
+    uint64_t t0 = os_call_begin();
+    void *q = mremap(p, old_size, new_size, 0);
+    os_call_end(OS_MREMAP, t0);
+    if (q != MAP_FAILED) {
+        atomic_fetch_add_explicit(&bytes_mapped, new_size - old_size,
+                                  memory_order_relaxed);
+        return q;
+    }
+    if (new_size <= old_size)
+        return NULL;
+    /* A fresh aligned range of the new size, and the pages moved onto it
+     * (MREMAP_FIXED replaces the reservation). Moved and resized in one
+     * call the block stays one kernel mapping, which the next growth can
+     * extend in place; only a range the kernel refuses to move as one
+     * goes piece by piece onto the target's head. */
+    void *target = os_map_aligned(new_size, align);
+    if (!target)
+        return NULL;
+    t0 = os_call_begin();
+    q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+    os_call_end(OS_MREMAP, t0);
+    if (q != MAP_FAILED)
+        atomic_fetch_sub_explicit(&bytes_mapped, old_size, memory_order_relaxed);
+    else
+        os_move_into(p, old_size, target, true);
+    return target;
 }
 
 void os_counters_read(struct os_counters *out)

@@ -9,8 +9,10 @@
  *   - os_purge() keeps the range mapped but hands its frames back; the range
  *     reads as zero afterwards (MADV_DONTNEED semantics).
  *   - os_remap_aligned() resizes a mapping that starts at an `align`-aligned
- *     address, keeping that alignment, moving pages (never copying bytes)
- *     when it cannot grow in place. On failure the old mapping is untouched.
+ *     address, keeping that alignment; when it cannot grow in place it
+ *     moves the pages to a fresh range with os_move_into (below), so the
+ *     old range may span several kernel mappings. NULL, with the old
+ *     mapping untouched, only when no range can be had.
  *   - os_move_into() moves the pages of [p, p + size) (page tables, not
  *     bytes) onto [dst, dst + size), a range of a mapping of tally's own,
  *     replacing what was there; p's range may span several kernel

@@ -166,14 +166,12 @@ static uint32_t page_random(void)
     return (uint32_t)((x * 0x2545F4914F6CDD1DULL) >> 32);
 }
 
-/* Threads blocks base + order[1..n-1] onto the (empty) free list, in that
- * order, and returns block base + order[0], counted as used. No order
- * means address order. */
-static struct block *page_thread_run(struct page *pg, uint32_t base, const uint16_t *order,
-                                     uint32_t n)
+/* Threads blocks base + order[1..n-1] (of size bs, from start) onto the
+ * (empty) free list, in that order, and returns block base + order[0],
+ * counted as used. No order means address order. */
+static struct block *page_thread_run(struct page *pg, uint8_t *start, size_t bs, uint32_t base,
+                                     const uint16_t *order, uint32_t n)
 {
-    uint8_t *start = page_start(pg);
-    size_t bs = page_block_size(pg);
     struct block *head = NULL;
     for (uint32_t i = n - 1; i >= 1; i--)
         list_prepend(&head, (struct block *)(start + (base + (order ? order[i] : i)) * bs));
@@ -184,7 +182,8 @@ static struct block *page_thread_run(struct page *pg, uint32_t base, const uint1
 
 /* Secure mode: the run's blocks are handed out in random order, so an
  * overflow cannot count on which block lies next to which. */
-static NOINLINE struct block *page_extend_shuffled(struct page *pg, uint32_t base, uint32_t n)
+static NOINLINE struct block *page_extend_shuffled(struct page *pg, uint8_t *start, size_t bs,
+                                                   uint32_t base, uint32_t n)
 {
     uint16_t order[OS_PAGE / 16];
     for (uint32_t i = 0; i < n; i++)
@@ -195,7 +194,7 @@ static NOINLINE struct block *page_extend_shuffled(struct page *pg, uint32_t bas
         order[i] = order[j];
         order[j] = t;
     }
-    return page_thread_run(pg, base, order, n);
+    return page_thread_run(pg, start, bs, base, order, n);
 }
 
 /* Carves the next run of never-used blocks: the blocks that start in the
@@ -226,16 +225,9 @@ struct block *page_extend(struct page *pg)
     __atomic_store_n(&sh->reserved, (uint16_t)(base + n), __ATOMIC_RELAXED);
     if ((base + n) * bs > pg->touched)
         pg->touched = (base + n) * bs;
-    if (n == 1) {
-        /* A block alone (a fresh OS page, or blocks of 4 KiB and up): the
-         * path a fresh block of 1-8 KiB takes on every call or every
-         * other one, so it threads nothing and asks nothing else. */
-        pg->used++;
-        return (struct block *)(sh->start + (size_t)base * bs);
-    }
     if (unlikely(n > 2 && init_secure()))
-        return page_extend_shuffled(pg, base, n);
-    return page_thread_run(pg, base, NULL, n);
+        return page_extend_shuffled(pg, sh->start, bs, base, n);
+    return page_thread_run(pg, sh->start, bs, base, NULL, n);
 }
 
 void page_queue_push(struct page_queue *q, struct page *pg)

@@ -139,20 +139,20 @@ static bool buf_adopt(struct remote_batch *rb, struct heap *h, struct remote_buf
             REMOTE_ADOPT_DEPTH)
         return false;
     size_t bytes = 0;
+    uint8_t cls[REMOTE_BUF_BLOCKS];
     for (uint32_t i = 0; i < buf->count; i++) {
         const struct page_shape *sh = segment_shape_of(segment_of(buf->blocks[i]),
                                                        buf->blocks[i]);
         if (sh->cls >= NUM_SMALL_CLASSES)
             return false;
+        cls[i] = sh->cls;
         bytes += sh->block_size;
     }
     size_t kept = heap_kept_bytes(me) + bytes;
     if (kept > REMOTE_KEPT_MAX)
         return false;
-    for (uint32_t i = 0; i < buf->count; i++) {
-        struct block *b = buf->blocks[i];
-        heap_keep(me, b, segment_shape_of(segment_of(b), b)->cls);
-    }
+    for (uint32_t i = 0; i < buf->count; i++)
+        heap_keep(me, buf->blocks[i], cls[i]);
     buf->next = NULL;
     remote_recycle(buf);
     rb->adopting = h;
@@ -258,10 +258,10 @@ void remote_send_home(struct block *list)
 {
     struct remote_batch *rb = &tls_batch;
     rb->sending_home = true;
-    rb->adopting = NULL;
     while (list) {
         struct block *next = block_next(list);
-        buffer_free(rb, heap_table[segmap_tag(list)], segmap_tag(list), list);
+        uint16_t tag = segmap_tag(list);
+        buffer_free(rb, heap_table[tag], tag, list);
         list = next;
     }
     rb->sending_home = false;
