@@ -7,6 +7,7 @@
 #include "os.h"
 #include "diag.h"
 #include "large_cache.h"
+#include "large_maps.h"
 #include "init.h"
 
 #include <string.h>
@@ -14,15 +15,17 @@
 #include <stdatomic.h>
 
 #define LARGE_MAGIC  0x7a11e7b10c4b16ULL
-#define LARGE_OFFSET 64
+#define LARGE_OFFSET 128   /* the header, with its cuts, fits in front */
 
 struct large_header {
     uint64_t magic;
     size_t map_size;      /* bytes mapped, header included */
     size_t offset;        /* block start - mapping start */
     size_t base_align;    /* alignment the mapping start must keep */
-    unsigned flags;
+    uint32_t flags;
+    struct large_maps maps;   /* the kernel mappings it spans (large_maps.h) */
 };
+_Static_assert(sizeof(struct large_header) <= LARGE_OFFSET, "large header too big");
 
 static _Atomic uint64_t live_count, live_bytes;
 
@@ -38,18 +41,24 @@ static void large_untag(struct large_header *h)
 
 /* Moves the pieces' pages (page tables, not bytes) side by side into one
  * fresh mapping of `size` bytes; whatever they do not cover stays fresh.
- * NULL, with every piece unmapped, when the kernel says no. */
-static struct large_header *large_glue(struct large_piece *pc, unsigned n, size_t size)
+ * *m gets the cuts between them. NULL, with every piece unmapped, when the
+ * kernel says no. */
+static struct large_header *large_glue(struct large_piece *pc, unsigned n, size_t size,
+                                       struct large_maps *m)
 {
     char *dst = os_map_aligned(size, SEGMENT_SIZE);
     size_t off = 0;
+    m->n = 0;
     for (unsigned i = 0; i < n; i++) {
         if (dst)
             os_move_into(pc[i].base, pc[i].size, dst + off, false);
         else
             os_unmap(pc[i].base, pc[i].size);
+        large_maps_append(m, &pc[i].maps, off);
         off += pc[i].size;
     }
+    if (off < size)
+        m->cut[m->n++] = (uint32_t)(off / OS_PAGE);   /* the fresh part */
     return (struct large_header *)dst;
 }
 
@@ -65,8 +74,8 @@ static struct large_header *large_glue(struct large_piece *pc, unsigned n, size_
  * request faulted in what the cache could not give whole: malloc-large
  * took 130k faults and 0.25 s; glued and always split, 60k and 0.14 s
  * at a lower peak RSS (tcmalloc: 60k faults, 0.14 s, 14% more RSS).
- * *map_size is updated to the size of the mapping returned. */
-static struct large_header *large_take_cached(size_t *map_size)
+ * *map_size is updated to the size of the mapping returned, *m to its cuts. */
+static struct large_header *large_take_cached(size_t *map_size, struct large_maps *m)
 {
     large_cache_expire(false);
     size_t want = *map_size, before = 0;
@@ -80,16 +89,19 @@ static struct large_header *large_take_cached(size_t *map_size)
     size_t rest = want - before;
     size_t head = align_up(rest, SEGMENT_SIZE);
     if (head < last->size) {
-        large_cache_put(last->base + head, last->size - head);
+        struct large_maps tail;
+        large_maps_split(&last->maps, head, &tail);
+        large_cache_put(last->base + head, last->size - head, &tail);
         last->size = head;
     }
     size_t got = before + last->size;
     if (n == 1 && got >= want) {
         *map_size = got;
+        *m = last->maps;
         return (struct large_header *)last->base;
     }
     *map_size = got > want ? got : want;
-    return large_glue(pc, n, *map_size);
+    return large_glue(pc, n, *map_size, m);
 }
 
 void *large_alloc(size_t size, size_t align, size_t front, unsigned flags)
@@ -107,16 +119,18 @@ void *large_alloc(size_t size, size_t align, size_t front, unsigned flags)
      * would otherwise start at the very end of its own mapping. */
     size_t map_size = align_up(offset + (size ? size : 1), OS_PAGE) + guard;
     bool warm = base_align == SEGMENT_SIZE && !guard;
-    struct large_header *h = warm ? large_take_cached(&map_size) : NULL;
+    struct large_maps maps = { 0 };
+    struct large_header *h = warm ? large_take_cached(&map_size, &maps) : NULL;
     if (!h) {
         warm = false;
+        maps.n = 0;
         h = os_map_aligned(map_size, base_align);
     }
     if (!h)
         return NULL;
     os_mark_defined(h, offset);
     *h = (struct large_header){ LARGE_MAGIC, map_size, offset, base_align,
-                                (flags & ~LARGE_ZERO) | (guard ? LARGE_GUARD : 0) };
+                                (flags & ~LARGE_ZERO) | (guard ? LARGE_GUARD : 0), maps };
     if (guard)
         os_protect((char *)h + map_size - OS_PAGE, OS_PAGE, true);
     if (warm && (flags & LARGE_ZERO))
@@ -166,7 +180,7 @@ void large_free(void *p, const char *func)
     if (h->base_align != SEGMENT_SIZE || (h->flags & LARGE_GUARD))
         os_unmap(h, map_size);
     else
-        large_cache_put(h, map_size);
+        large_cache_put(h, map_size, &h->maps);
 }
 
 void *large_realloc(void *p, size_t size)
@@ -184,9 +198,16 @@ void *large_realloc(void *p, size_t size)
     large_untag(h);
     if (guard)
         os_protect((char *)h + old_map - guard, guard, false);
-    /* A glued block spans one kernel mapping per piece; os_remap_aligned
-     * moves it piece by piece. */
-    struct large_header *n = os_remap_aligned(h, old_map, new_map, h->base_align);
+    /* A glued block spans one kernel mapping per piece: its last one may
+     * grow in place; else os_remap_aligned moves the pieces, and the new
+     * part is one more mapping, or, when that would pass LARGE_MAX_MAPS,
+     * copies the block into a single one. */
+    struct large_maps maps = h->maps;
+    size_t last = large_maps_last(&maps);
+    bool split = maps.n + 1 < LARGE_MAX_MAPS && old_map / OS_PAGE <= UINT32_MAX;
+    enum os_remap_how how;
+    struct large_header *n = os_remap_aligned(h, old_map, new_map, h->base_align, last,
+                                              split, &how);
     if (!n) {
         if (guard)
             os_protect((char *)h + old_map - guard, guard, true);
@@ -195,6 +216,15 @@ void *large_realloc(void *p, size_t size)
     }
     if (guard)
         os_protect((char *)n + new_map - guard, guard, true);
+    if (how == OS_REMAP_IN_PLACE) {
+        struct large_maps gone;
+        large_maps_split(&maps, new_map, &gone);   /* shrunk: cuts past the end go */
+    } else if (how == OS_REMAP_PIECES) {
+        maps.cut[maps.n++] = (uint32_t)(old_map / OS_PAGE);
+    } else {
+        maps.n = 0;
+    }
+    n->maps = maps;
     n->map_size = new_map;
     large_tag(n);
     atomic_fetch_add_explicit(&live_bytes, new_map - old_map, memory_order_relaxed);

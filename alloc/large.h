@@ -3,7 +3,7 @@
  *
  * Layout: the mapping starts at an address aligned to max(SEGMENT_SIZE,
  * alignment) with a struct large_header; the block starts `offset` bytes
- * in (64, or the requested alignment). The segmap tags the mapping's first
+ * in (128, or the requested alignment). The segmap tags the mapping's first
  * 4 MiB TAG_LARGE and the rest TAG_LARGE_TAIL, so free() of any pointer
  * finds the header by walking back, and realloc() moves the pages with
  * mremap instead of copying them.

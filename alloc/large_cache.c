@@ -10,7 +10,7 @@
 
 #include <pthread.h>
 
-struct cache_entry { void *base; size_t size; uint64_t freed_at; };
+struct cache_entry { void *base; size_t size; uint64_t freed_at; struct large_maps maps; };
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cache_entry slots[LARGE_CACHE_SLOTS];   /* oldest first */
@@ -27,7 +27,7 @@ static struct cache_entry cache_remove(unsigned i)
     return e;
 }
 
-void large_cache_put(void *base, size_t size)
+void large_cache_put(void *base, size_t size, const struct large_maps *m)
 {
     size_t limit = init_large_cache_bytes();
     if (size > limit / 2) {
@@ -50,7 +50,7 @@ void large_cache_put(void *base, size_t size)
         if (small >= LARGE_CACHE_SMALL_SLOTS)
             evicted[n_evicted++] = cache_remove(oldest);
     }
-    slots[count] = (struct cache_entry){ base, size, os_now_ms() };
+    slots[count] = (struct cache_entry){ base, size, os_now_ms(), *m };
     __atomic_store_n(&count, count + 1, __ATOMIC_RELAXED);
     bytes += size;
     pthread_mutex_unlock(&cache_lock);
@@ -58,12 +58,16 @@ void large_cache_put(void *base, size_t size)
         os_unmap(evicted[i].base, evicted[i].size);
 }
 
-/* The entry that covers `need` most closely, else the largest; -1 when
- * the cache is empty. Called with the lock held. */
-static int cache_pick(size_t need)
+/* The entry that covers `need` most closely, else the largest, of those
+ * that leave at most `cuts` cuts, counting the one at its start (`join`)
+ * and the one before what it leaves uncovered; -1 when there is none.
+ * Called with the lock held. */
+static int cache_pick(size_t need, unsigned cuts, bool join)
 {
     int best = -1;
     for (unsigned i = 0; i < count; i++) {
+        if (join + slots[i].maps.n + (slots[i].size < need) > cuts)
+            continue;
         if (best < 0) {
             best = (int)i;
             continue;
@@ -79,15 +83,16 @@ static int cache_pick(size_t need)
 
 unsigned large_cache_take(size_t size, struct large_piece out[LARGE_CACHE_SLOTS])
 {
-    unsigned n = 0;
+    unsigned n = 0, cuts = 0;
     size_t got = 0;
     pthread_mutex_lock(&cache_lock);
     while (got < size) {
-        int i = cache_pick(size - got);
+        int i = cache_pick(size - got, LARGE_MAX_MAPS - 1 - cuts, n > 0);
         if (i < 0)
             break;
         struct cache_entry e = cache_remove((unsigned)i);
-        out[n++] = (struct large_piece){ e.base, e.size };
+        out[n++] = (struct large_piece){ e.base, e.size, e.maps };
+        cuts += (n > 1) + e.maps.n;
         got += e.size;
     }
     pthread_mutex_unlock(&cache_lock);

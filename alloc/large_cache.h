@@ -12,7 +12,7 @@
 #ifndef TALLY_LARGE_CACHE_H
 #define TALLY_LARGE_CACHE_H
 
-#include "internal.h"
+#include "large_maps.h"
 
 /* Mappings kept at once. Each keeps whatever its blocks touched, so the
  * count bounds RSS as much as the byte limit does. Splitting leaves more,
@@ -29,15 +29,17 @@
 #define LARGE_CACHE_SMALL_SLOTS 8
 #define LARGE_CACHE_EXPIRE_MS 1000
 
-/* Takes a freed SEGMENT_SIZE-aligned mapping: keeps it, or unmaps it when
- * it is more than half the cache. */
-HIDDEN void large_cache_put(void *base, size_t size);
-struct large_piece { char *base; size_t size; };
+/* Takes a freed SEGMENT_SIZE-aligned mapping cut as m says: keeps it, or
+ * unmaps it when it is more than half the cache. */
+HIDDEN void large_cache_put(void *base, size_t size, const struct large_maps *m);
+struct large_piece { char *base; size_t size; struct large_maps maps; };
 
 /* Takes cached mappings for a request of `size` bytes into out[]: while
  * those taken add up to less, the one that covers the rest most closely,
- * else the largest. Returns how many were taken; 0 when the cache is
- * empty, and their sizes add up to less than `size` when it ran dry. */
+ * else the largest, of those that keep the glued whole (one more mapping
+ * for the part none of them covers) within LARGE_MAX_MAPS kernel
+ * mappings. Returns how many were taken; 0 when none could be, and their
+ * sizes add up to less than `size` when the cache or that bound ran out. */
 HIDDEN unsigned large_cache_take(size_t size, struct large_piece out[LARGE_CACHE_SLOTS]);
 /* Unmaps entries unused for LARGE_CACHE_EXPIRE_MS, or all of them. */
 HIDDEN void large_cache_expire(bool all);

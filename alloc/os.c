@@ -148,37 +148,50 @@ void os_move_into(void *p, size_t size, void *dst, bool keep)
     os_unmap(p, size);
 }
 
-void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align)
+void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align,
+                       size_t last, bool split, enum os_remap_how *how)
 {
     if (new_size > old_size && os_should_fail())
         return NULL;
-    /* Shrinking always succeeds in place; growing in place keeps the
-     * address and therefore the alignment. */
+    /* Shrinking always succeeds in place (the kernel unmaps the tail across
+     * mappings); growing in place, which only the last mapping can do,
+     * keeps the address and therefore the alignment. */
+    *how = OS_REMAP_IN_PLACE;
+    size_t from = new_size > old_size ? last : 0;
     uint64_t t0 = os_call_begin();
-    void *q = mremap(p, old_size, new_size, 0);
+    void *q = mremap((char *)p + from, old_size - from, new_size - from, 0);
     os_call_end(OS_MREMAP, t0);
     if (q != MAP_FAILED) {
         atomic_fetch_add_explicit(&bytes_mapped, new_size - old_size,
                                   memory_order_relaxed);
-        return q;
+        return p;
     }
     if (new_size <= old_size)
         return NULL;
     /* A fresh aligned range of the new size, and the pages moved onto it
      * (MREMAP_FIXED replaces the reservation). Moved and resized in one
      * call the block stays one kernel mapping, which the next growth can
-     * extend in place; only a range the kernel refuses to move as one
-     * goes piece by piece onto the target's head. */
+     * extend in place; a range of several goes piece by piece onto the
+     * target's head, or is copied when `split` forbids more pieces. */
     void *target = os_map_aligned(new_size, align);
     if (!target)
         return NULL;
-    t0 = os_call_begin();
-    q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
-    os_call_end(OS_MREMAP, t0);
-    if (q != MAP_FAILED)
+    *how = OS_REMAP_ONE;
+    q = MAP_FAILED;
+    if (last == 0) {
+        t0 = os_call_begin();
+        q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+        os_call_end(OS_MREMAP, t0);
+    }
+    if (q != MAP_FAILED) {
         atomic_fetch_sub_explicit(&bytes_mapped, old_size, memory_order_relaxed);
-    else
+    } else if (split) {
+        *how = OS_REMAP_PIECES;
         os_move_into(p, old_size, target, true);
+    } else {
+        memcpy(target, p, old_size);
+        os_unmap(p, old_size);
+    }
     return target;
 }
 

@@ -9,10 +9,14 @@
  *   - os_purge() keeps the range mapped but hands its frames back; the range
  *     reads as zero afterwards (MADV_DONTNEED semantics).
  *   - os_remap_aligned() resizes a mapping that starts at an `align`-aligned
- *     address, keeping that alignment; when it cannot grow in place it
- *     moves the pages to a fresh range with os_move_into (below), so the
- *     old range may span several kernel mappings. NULL, with the old
- *     mapping untouched, only when no range can be had.
+ *     address, keeping that alignment. The range may span several kernel
+ *     mappings, the last starting `last` bytes in; that one grows in place
+ *     when it can. Else the pages move to a fresh range: in one call when
+ *     the range is one mapping (the result is one too), piece by piece
+ *     with os_move_into (below) when `split` allows the new part to be
+ *     one mapping more, else by copying into the fresh range (one
+ *     mapping). *how says which. NULL, with the old mapping untouched,
+ *     only when no range can be had.
  *   - os_move_into() moves the pages of [p, p + size) (page tables, not
  *     bytes) onto [dst, dst + size), a range of a mapping of tally's own,
  *     replacing what was there; p's range may span several kernel
@@ -44,7 +48,11 @@ HIDDEN void *os_map(size_t size);
 HIDDEN void *os_map_aligned(size_t size, size_t align);
 HIDDEN void  os_unmap(void *p, size_t size);
 HIDDEN void  os_purge(void *p, size_t size);
-HIDDEN void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align);
+/* How os_remap_aligned resized: the result is laid out as before (in
+ * place), is one kernel mapping, or is the old pieces plus the new part. */
+enum os_remap_how { OS_REMAP_IN_PLACE, OS_REMAP_ONE, OS_REMAP_PIECES };
+HIDDEN void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align,
+                              size_t last, bool split, enum os_remap_how *how);
 HIDDEN void  os_move_into(void *p, size_t size, void *dst, bool keep);
 /* Under valgrind's memcheck: tells it that tally is taking [p, p + size)
  * back as its own memory (fresh page carving, a reused mapping's header),

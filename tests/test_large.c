@@ -196,6 +196,84 @@ Test(large, a_glued_block_grows_with_realloc)
     free(r);
 }
 
+/* The kernel mappings (lines of /proc/self/maps) that overlap [p, p + n). */
+static int kernel_maps(const void *p, size_t n)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    cr_assert_not_null(f);
+    char line[512];
+    int count = 0;
+    uintptr_t a = (uintptr_t)p, b = a + n;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && lo < b && hi > a)
+            count++;
+    }
+    fclose(f);
+    return count;
+}
+
+/* Grows a block by gluing it to a cached 1 MiB block, `rounds` times:
+ * each glue adds the other block's mapping, so only the bound on mappings
+ * per block (large_maps.h) keeps the count down. Returns the block, of
+ * *size bytes, every byte written. */
+static char *glue_repeatedly(int rounds, size_t *size, int *most_maps)
+{
+    size_t one = 1u << 20, cur = one;
+    char *g = malloc(cur);
+    memset(g, 1, cur);
+    *most_maps = 0;
+    for (int i = 0; i < rounds; i++) {
+        char *piece = malloc(one);
+        memset(piece, 2, one);
+        free(g);
+        free(piece);
+        cur += one;
+        g = malloc(cur);
+        cr_assert_not_null(g);
+        memset(g, 3, cur);
+        int maps = kernel_maps(g, cur);
+        if (maps > *most_maps)
+            *most_maps = maps;
+    }
+    *size = cur;
+    return g;
+}
+
+Test(large, a_block_spans_a_bounded_number_of_kernel_mappings)
+{
+    /* Without the bound the 40th glue left a block over 40 mappings. */
+    size_t size;
+    int most;
+    char *g = glue_repeatedly(40, &size, &most);
+    cr_assert_leq(most, 16, "a glued block spans %d kernel mappings", most);
+    cr_assert_eq(g[0] + g[size - 1], 6);
+    free(g);
+}
+
+Test(large, a_glued_block_grows_its_last_mapping_in_place)
+{
+    /* Moving the pieces would add one mapping per growth (and move all of
+     * them); growing the last one in place adds none. */
+    size_t size;
+    int most;
+    char *g = glue_repeatedly(6, &size, &most);
+    int before = kernel_maps(g, size);
+    cr_assert_gt(before, 1, "the block is glued (%d mappings)", before);
+    char *start = g;
+    for (int i = 0; i < 8; i++) {
+        size += 1u << 20;
+        g = realloc(g, size);
+        cr_assert_not_null(g);
+        g[size - 1] = 4;
+    }
+    cr_assert_eq(g[0], 3);
+    int after = kernel_maps(g, size);
+    cr_assert_leq(after, before + 1, "8 growths: %d -> %d mappings (moved: %d)", before,
+                  after, g != start);
+    free(g);
+}
+
 Test(large, a_split_tail_serves_the_next_request_warm)
 {
     cache_one(24u << 20);
