@@ -47,8 +47,10 @@ static inline void large_maps_append(struct large_maps *m, const struct large_ma
  * gets those after it, counted from `at`. */
 static inline void large_maps_split(struct large_maps *m, size_t at, struct large_maps *tail)
 {
-    uint32_t page = (uint32_t)(at / OS_PAGE), keep = 0;
     tail->n = 0;
+    if (at / OS_PAGE > UINT32_MAX)
+        return;   /* past every cut (cuts are 32-bit page counts) */
+    uint32_t page = (uint32_t)(at / OS_PAGE), keep = 0;
     for (uint32_t i = 0; i < m->n; i++) {
         if (m->cut[i] < page)
             keep++;
