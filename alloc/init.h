@@ -11,6 +11,7 @@ HIDDEN void init_ensure(void);
 HIDDEN uint64_t init_purge_delay_ms(void);
 HIDDEN size_t init_mmap_threshold(void);
 HIDDEN size_t init_large_cache_bytes(void);
+HIDDEN bool init_purge_batch(void);
 HIDDEN bool init_secure(void);
 
 /* Provided by heap_life.c for start-up. */

@@ -10,10 +10,14 @@
 #include "os.h"
 
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
 #if __has_include(<valgrind/memcheck.h>)
 #include <valgrind/memcheck.h>
 #else
 #define VALGRIND_MAKE_MEM_DEFINED(p, n) ((void)(p), (void)(n))
+#define RUNNING_ON_VALGRIND 0
 #endif
 #include <errno.h>
 #include <stdatomic.h>
@@ -106,12 +110,104 @@ void os_protect(void *p, size_t size, bool guard)
     mprotect(p, size, guard ? PROT_NONE : PROT_READ | PROT_WRITE);
 }
 
-void os_purge(void *p, size_t size)
+static void os_purge_one(void *p, size_t size)
 {
     uint64_t t0 = os_call_begin();
     madvise(p, size, MADV_DONTNEED);
     os_call_end(OS_MADVISE, t0);
     atomic_fetch_add_explicit(&bytes_purged, size, memory_order_relaxed);
+}
+
+/* ---- batched purges -------------------------------------------------------
+ * Each madvise(MADV_DONTNEED) flushes the range from the TLB of every CPU
+ * running another thread of the process: an interrupt to each, which on
+ * this VM made one call cost about 25 us with a second thread running.
+ * process_madvise() takes a list of ranges, and a recent kernel flushes
+ * once for all of them (6.18 here: 16 ranges 66 us, against 404 us as 16
+ * calls). A kernel that refuses it (older ones know no PIDFD_SELF, or no
+ * MADV_DONTNEED there) is not asked again; the ranges go one call each. */
+
+#ifndef SYS_process_madvise
+#define SYS_process_madvise 440
+#endif
+#define OS_PIDFD_SELF (-10001)   /* PIDFD_SELF_THREAD_GROUP: this process */
+
+_Static_assert(sizeof(struct os_range) == sizeof(struct iovec) &&
+               offsetof(struct os_range, p) == offsetof(struct iovec, iov_base) &&
+               offsetof(struct os_range, size) == offsetof(struct iovec, iov_len),
+               "os_range is an iovec");
+
+static bool purge_list_refused;
+static __thread struct os_purge_batch *tls_batch TLS_IE;
+
+static void os_purge_list(struct os_range *r, unsigned n)
+{
+    /* valgrind does not know the call (it warns, then fails it). */
+    if (n > 1 && !__atomic_load_n(&purge_list_refused, __ATOMIC_RELAXED) &&
+        !RUNNING_ON_VALGRIND) {
+        size_t total = 0;
+        for (unsigned i = 0; i < n; i++)
+            total += r[i].size;
+        int saved = errno;   /* free() must leave errno alone (POSIX 2024) */
+        uint64_t t0 = os_call_begin();
+        long done = syscall(SYS_process_madvise, OS_PIDFD_SELF, (struct iovec *)r,
+                            (size_t)n, MADV_DONTNEED, 0u);
+        os_call_end(OS_MADVISE, t0);
+        if (done < 0) {
+            /* Not this kernel's call (no PIDFD_SELF, no MADV_DONTNEED
+             * there, or a filter): never again. Anything else: this once. */
+            if (errno == EBADF || errno == EINVAL || errno == ENOSYS || errno == EPERM)
+                __atomic_store_n(&purge_list_refused, true, __ATOMIC_RELAXED);
+            done = 0;
+        }
+        errno = saved;
+        atomic_fetch_add_explicit(&bytes_purged, (size_t)done, memory_order_relaxed);
+        /* What it did not get to (an error part way) goes one by one; a
+         * range done in part is simply purged again. */
+        while (n && (size_t)done >= r->size) {
+            done -= (long)r->size;
+            r++;
+            n--;
+        }
+    }
+    for (unsigned i = 0; i < n; i++)
+        os_purge_one(r[i].p, r[i].size);
+}
+
+void os_purge(void *p, size_t size)
+{
+    struct os_purge_batch *b = tls_batch;
+    if (!b) {
+        os_purge_one(p, size);
+        return;
+    }
+    b->r[b->n++] = (struct os_range){ p, size };
+    if (b->n == OS_PURGE_BATCH)
+        os_purge_flush();
+}
+
+void os_purge_batch_open(struct os_purge_batch *b)
+{
+    b->n = 0;
+    if (!tls_batch)
+        tls_batch = b;
+}
+
+void os_purge_flush(void)
+{
+    struct os_purge_batch *b = tls_batch;
+    if (b && b->n) {
+        os_purge_list(b->r, b->n);
+        b->n = 0;
+    }
+}
+
+void os_purge_batch_close(struct os_purge_batch *b)
+{
+    if (tls_batch != b)
+        return;
+    os_purge_flush();
+    tls_batch = NULL;
 }
 
 /* One mremap of [p, p + size) onto dst: 0, or the errno. */

@@ -7,7 +7,8 @@
  *   - os_map_aligned() additionally aligns the start to `align` (a power of
  *     two >= OS_PAGE) and leaves no extra mapping behind.
  *   - os_purge() keeps the range mapped but hands its frames back; the range
- *     reads as zero afterwards (MADV_DONTNEED semantics).
+ *     reads as zero afterwards (MADV_DONTNEED semantics): at once, or
+ *     inside a batch (below) once the batch is flushed.
  *   - os_remap_aligned() resizes a mapping that starts at an `align`-aligned
  *     address, keeping that alignment. The range may span several kernel
  *     mappings, the last starting `last` bytes in; that one grows in place
@@ -48,6 +49,17 @@ HIDDEN void *os_map(size_t size);
 HIDDEN void *os_map_aligned(size_t size, size_t align);
 HIDDEN void  os_unmap(void *p, size_t size);
 HIDDEN void  os_purge(void *p, size_t size);
+/* Between open and close, this thread's os_purge() calls are gathered and
+ * handed to the kernel together (os.c says why): at close, when
+ * OS_PURGE_BATCH are waiting, and at os_purge_flush(), which a caller
+ * must reach before memory it purged can pass to another thread or back
+ * to the kernel (segment_free does). Nested opens join the outer batch. */
+#define OS_PURGE_BATCH 32
+struct os_range { void *p; size_t size; };
+struct os_purge_batch { unsigned n; struct os_range r[OS_PURGE_BATCH]; };
+HIDDEN void  os_purge_batch_open(struct os_purge_batch *b);
+HIDDEN void  os_purge_flush(void);
+HIDDEN void  os_purge_batch_close(struct os_purge_batch *b);
 /* How os_remap_aligned resized: the result is laid out as before (in
  * place), is one kernel mapping, or is the old pieces plus the new part. */
 enum os_remap_how { OS_REMAP_IN_PLACE, OS_REMAP_ONE, OS_REMAP_PIECES };

@@ -107,6 +107,7 @@ struct segment *segment_alloc(struct heap *h, uint16_t tag, enum segment_kind ki
 /* Precondition: no page of s is in use, and every page area was purged. */
 void segment_free(struct segment *s)
 {
+    os_purge_flush();   /* purges still gathered (os.h) land before s moves on */
     segmap_set_range(s, SEGMENT_SIZE, TAG_NONE, TAG_NONE);
     bool cached = false;
     pthread_mutex_lock(&segment_lock);

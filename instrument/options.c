@@ -22,6 +22,7 @@ extern char **environ;
 #define DEF_MMAP_THRESHOLD (512 * 1024)
 #define DEF_PURGE_DELAY    100
 #define DEF_LARGE_CACHE    (128 << 20)
+#define DEF_PURGE_BATCH    1
 #define DEF_LEAKS          1
 #define DEF_QUARANTINE     (4 << 20)
 #define DEF_ABORT          1
@@ -35,6 +36,10 @@ HIDDEN const struct option_def options_table[OPT_COUNT] = {
                             "the OS (medium pages: a tenth of it)"),
     [OPT_LARGE_CACHE] = NUM("large_cache", DEF_LARGE_CACHE, 0, (uint64_t)1 << 40, false,
                             "bytes of freed large blocks kept mapped for reuse (up to 1 s)"),
+    [OPT_PURGE_BATCH] = NUM("purge_batch", DEF_PURGE_BATCH, 0, 1, false,
+                            "1: a sweep hands its purges to the kernel in one process_madvise "
+                            "call where the kernel takes it (one TLB flush); 0: one madvise each, "
+                            "for seccomp filters that forbid process_madvise"),
     [OPT_DEBUG] = NUM("debug", 0, 0, 1, true,
                       "canaries, junk/poison, quarantine, double/invalid free reports"),
     [OPT_TIMING] = NUM("timing", 0, 0, 1, true,
@@ -61,6 +66,7 @@ HIDDEN uint64_t options_value[OPT_COUNT] = {
     [OPT_MMAP_THRESHOLD] = DEF_MMAP_THRESHOLD,
     [OPT_PURGE_DELAY] = DEF_PURGE_DELAY,
     [OPT_LARGE_CACHE] = DEF_LARGE_CACHE,
+    [OPT_PURGE_BATCH] = DEF_PURGE_BATCH,
     [OPT_LEAKS] = DEF_LEAKS,
     [OPT_QUARANTINE] = DEF_QUARANTINE,
     [OPT_ABORT] = DEF_ABORT,

@@ -14,6 +14,7 @@ enum option_id {
     OPT_MMAP_THRESHOLD,
     OPT_PURGE_DELAY,
     OPT_LARGE_CACHE,
+    OPT_PURGE_BATCH,
     OPT_DEBUG,
     OPT_TIMING,
     OPT_STATS,

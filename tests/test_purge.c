@@ -7,6 +7,8 @@
 #include <criterion/criterion.h>
 #include <malloc.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #define WORKING_SET (192u << 20)
@@ -225,4 +227,54 @@ Test(purge, a_new_thread_gets_the_retired_page_of_its_own_class)
     cr_assert_eq((uintptr_t)got >> 16, (uintptr_t)old >> 16,
                  "malloc(16) at %p, the retired 16-byte page held %p", got, old);
     free(got);
+}
+
+/* Whether this kernel takes a list of ranges to purge for the calling
+ * process (process_madvise with PIDFD_SELF and MADV_DONTNEED). */
+static bool kernel_takes_purge_lists(void)
+{
+    char *p = mmap(NULL, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(p, MAP_FAILED);
+    struct iovec v[2] = { { p, 4096 }, { p + 8192, 4096 } };
+    long r = syscall(SYS_process_madvise, -10001, v, 2, MADV_DONTNEED, 0u);
+    munmap(p, 3 * 4096);
+    return r == 8192;
+}
+
+/* One touched block in each of `n` small classes, all freed, then
+ * malloc_trim(0): one sweep that purges the pages that emptied (those of
+ * classes the test runner also uses stay). Returns the madvise-family
+ * calls it took. */
+static uint64_t calls_to_purge_pages(int n)
+{
+    void *v[64];
+    size_t size = 16;
+    for (int i = 0; i < n; i++, size = size * 9 / 8 + 16) {
+        v[i] = malloc(size);
+        memset(v[i], 0x44, size);
+    }
+    for (int i = 0; i < n; i++)
+        free(v[i]);
+    struct tally_stats before = { .size = sizeof before }, after = before;
+    tally_stats_get(&before);
+    malloc_trim(0);
+    tally_stats_get(&after);
+    cr_assert_gt(after.purged_bytes, before.purged_bytes, "the pages were purged");
+    return after.madvise_calls - before.madvise_calls;
+}
+
+Test(purge, a_sweep_hands_its_purges_to_the_kernel_together)
+{
+    /* purge_batch=0 counts the ranges (one call each); the same pages
+     * purged again with batching take a fraction of the calls. */
+    cr_assert_eq(tally_option_set("purge_batch", "0"), 0);
+    uint64_t one_by_one = calls_to_purge_pages(36);
+    cr_assert_geq(one_by_one, 12, "36 pages purged in %llu calls",
+                  (unsigned long long)one_by_one);
+    if (!kernel_takes_purge_lists())
+        cr_skip_test("this kernel purges one range per call");
+    cr_assert_eq(tally_option_set("purge_batch", "1"), 0);
+    uint64_t together = calls_to_purge_pages(36);
+    cr_assert_leq(together * 4, one_by_one, "%llu calls batched, %llu one by one",
+                  (unsigned long long)together, (unsigned long long)one_by_one);
 }
