@@ -18,6 +18,10 @@ HIDDEN void *raw_calloc(size_t size);
 HIDDEN void raw_free(void *p, const char *func);
 /* raw_free() for a pointer whose segmap tag names a heap (1..MAX_HEAPS). */
 HIDDEN void raw_free_heap_block(void *p, uint16_t tag, const char *func);
+/* free() of a block of the caller's own heap (no mode on) that free's fast
+ * path refused: checked, then on its page's list (a medium block, one of a
+ * full page) or reported (a double free at the list's head). */
+HIDDEN void raw_free_own(void *p);
 HIDDEN void *raw_realloc(void *p, size_t size, const char *func);
 HIDDEN size_t raw_usable_size(void *p, const char *func);
 
