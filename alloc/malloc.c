@@ -49,27 +49,14 @@ static ALWAYS_INLINE void *alloc_entry(size_t size, size_t align, enum hook_op o
 
 static NOINLINE void *malloc_slow(size_t size, const void *site)
 {
-    size_t limit = __atomic_load_n(&malloc_fast_limit, __ATOMIC_RELAXED);
     /* The fast path found its page's list empty: most often the page is
      * still being carved, which needs neither the class lookup nor the
      * layers below (a fresh 4 KiB block is one such call each). */
-    if (likely(size < limit)) {
+    if (likely(size < __atomic_load_n(&malloc_fast_limit, __ATOMIC_RELAXED))) {
         struct heap *h = tls_heap;
         void *p = heap_carve_current(h, h->direct[(size + 15) >> 4]);
         if (p)
             return p;
-    } else if (limit && size <= MEDIUM_MAX && size <= option(OPT_MMAP_THRESHOLD)) {
-        /* A medium size (no direct[] slot, so no fast path) whose class's
-         * current page has a block: popped here, as heap_alloc would, without
-         * the layers between (a malloc+free pair of 50,000 B took 206
-         * instructions that way, tcmalloc's 80). No mode is on (limit). */
-        struct page *pg = tls_heap->current[sizeclass_of(size)];
-        struct block *b = pg->free;
-        if (likely(b != NULL)) {
-            pg->free = block_next(b);
-            pg->used++;
-            return b;
-        }
     }
     return alloc_entry(size, MIN_ALIGN, HOOK_MALLOC, site);
 }
@@ -83,6 +70,19 @@ EXPORT void *malloc(size_t size)
      * the TSan run suppresses exactly these two reads (tests/sanitize). */
     if (likely(size < malloc_fast_limit)) {
         struct page *pg = h->direct[(size + 15) >> 4];
+        struct block *b = pg->free;
+        if (likely(b != NULL)) {
+            pg->free = block_next(b);
+            pg->used++;
+            return b;
+        }
+    } else if (size <= MEDIUM_MAX && size <= option(OPT_MMAP_THRESHOLD) &&
+               __atomic_load_n(&malloc_fast_limit, __ATOMIC_RELAXED)) {
+        /* A medium size (no direct[] slot) whose class's current page has
+         * a block: popped here, as heap_alloc would, without the layers
+         * between (a malloc+free pair of 50,000 B took 206 instructions that
+         * way, tcmalloc's 80). No mode is on (the limit is not 0). */
+        struct page *pg = h->current[sizeclass_of_medium(size)];
         struct block *b = pg->free;
         if (likely(b != NULL)) {
             pg->free = block_next(b);

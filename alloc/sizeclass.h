@@ -33,15 +33,21 @@ static inline uint32_t sizeclass_div(uint32_t off, unsigned cls)
     return (uint32_t)(((uint64_t)off * sizeclass_div_magic[cls]) >> SIZECLASS_DIV_SHIFT);
 }
 
+/* Precondition: 128 < size <= MEDIUM_MAX. */
+static inline unsigned sizeclass_of_medium(size_t size)
+{
+    size_t s = size - 1;
+    unsigned b = 63u - (unsigned)__builtin_clzl(s);
+    unsigned k = (unsigned)(s >> (b - 3)) & 7u;
+    return 8u + (b - 7u) * 8u + k;
+}
+
 /* Precondition: size <= MEDIUM_MAX. */
 static inline unsigned sizeclass_of(size_t size)
 {
     if (size <= 128)
         return size == 0 ? 0 : (unsigned)((size + 15) >> 4) - 1;
-    size_t s = size - 1;
-    unsigned b = 63u - (unsigned)__builtin_clzl(s);
-    unsigned k = (unsigned)(s >> (b - 3)) & 7u;
-    return 8u + (b - 7u) * 8u + k;
+    return sizeclass_of_medium(size);
 }
 
 #endif
