@@ -108,6 +108,12 @@ static inline void heap_keep(struct heap *h, struct block *b, unsigned cls)
     k->touched++;
 }
 
+/* Whether no other thread's transfer buffers wait in h's stack. */
+static inline bool heap_no_remote(struct heap *h)
+{
+    return atomic_load_explicit(&h->remote_bufs, memory_order_relaxed) == NULL;
+}
+
 /* The first step of the slow path: a page still being carved carves its
  * next run (page.c), without the sweep, the clock or the drain. NULL when
  * that does not apply (page_empty and kept lists have capacity 0), and
@@ -118,8 +124,8 @@ static inline void heap_keep(struct heap *h, struct block *b, unsigned cls)
  * page with free blocks here). */
 static inline void *heap_carve_current(struct heap *h, struct page *pg)
 {
-    if (pg->reserved < pg->capacity && pg->free == NULL &&
-        atomic_load_explicit(&h->remote_bufs, memory_order_relaxed) == NULL)
+    if ((page_has_fresh(pg) || pg->reserved < pg->capacity) && pg->free == NULL &&
+        heap_no_remote(h))
         return page_extend(pg);
     return NULL;
 }

@@ -76,6 +76,11 @@ EXPORT void *malloc(size_t size)
             pg->used++;
             return b;
         }
+        /* A page being carved (page.h), unless other threads' frees wait:
+         * blocks that came back go out before fresh memory (the slow path
+         * drains them). */
+        if (page_has_fresh(pg) && heap_no_remote(h))
+            return page_take_fresh(pg);
     } else if (size <= MEDIUM_MAX && size <= option(OPT_MMAP_THRESHOLD) &&
                __atomic_load_n(&malloc_fast_limit, __ATOMIC_RELAXED)) {
         /* A medium size (no direct[] slot) whose class's current page has
@@ -89,6 +94,8 @@ EXPORT void *malloc(size_t size)
             pg->used++;
             return b;
         }
+        if (page_has_fresh(pg) && heap_no_remote(h))
+            return page_take_fresh(pg);
     }
     return malloc_slow(size, CALLER);
 }

@@ -24,6 +24,7 @@ void page_init(struct segment *s, struct page *pg, unsigned cls)
     pg->used = 0;
     pg->free = NULL;
     pg->flags = 0;
+    pg->fresh = pg->fresh_end = pg->fresh_size = 0;
     pg->next = pg->prev = NULL;
     *page_shape_of(pg) = (struct page_shape){ .start = base, .block_size = bs,
                                               .cls = (uint8_t)cls, .in_use = 1 };
@@ -197,37 +198,62 @@ static NOINLINE struct block *page_extend_shuffled(struct page *pg, uint8_t *sta
     return page_thread_run(pg, start, bs, base, order, n);
 }
 
-/* Carves the next run of never-used blocks: the blocks that start in the
- * same OS page as the next one. It returns the first (counted as used) and
- * threads the rest onto the free list. The first block of an OS page that
- * nothing has touched yet goes out alone and untouched: writing the rest's
- * links would take that page's fault inside malloc, where the caller's own
- * write takes it anyway a moment later (and outside the timed call). The
- * rest follow on the next call. Held blocks come back first.
- * Precondition: pg->free == NULL, and reserved < capacity or some blocks
- * are held. */
+/* The blocks of the next run, from block `base`. Secure mode threads its
+ * runs (in random order), so it keeps the rule that spares untouched
+ * memory: the first block of an OS page nothing has touched yet goes out
+ * alone, and the rest of that OS page follows on the next call, once the
+ * caller has written it. Otherwise a run is the blocks that start within
+ * the next FRESH_RUN bytes (at least one), handed out untouched from the
+ * fresh run: with 4 KiB blocks every malloc of fresh memory took the slow
+ * path before (116 instructions each; latency-touch median 18-21 ns at
+ * 1 and 4 KiB against jemalloc's 5-7). */
+#define FRESH_RUN PAGE_SIZE
+
+static uint32_t page_run_length(const struct page *pg, uint32_t bs, uint32_t base, bool secure)
+{
+    uint32_t left = (uint32_t)(pg->capacity - base), end;
+    if (secure) {
+        uint32_t os_page = (base * bs) >> OS_SHIFT;
+        if (bs >= OS_PAGE || pg->touched <= (os_page << OS_SHIFT))
+            return 1;
+        end = (os_page + 1) << OS_SHIFT;
+    } else {
+        end = base * bs + FRESH_RUN;
+    }
+    if (end > (uint32_t)pg->capacity * bs)
+        end = (uint32_t)pg->capacity * bs;
+    uint32_t n = sizeclass_div(end - 1, pg->cls) + 1 - base;
+    return n < 1 ? 1 : n > left ? left : n;
+}
+
+/* Hands out the next never-used block: from the fresh run, else held
+ * blocks come back first, else a new run is carved and its first block
+ * returned (counted as used). Precondition: pg->free == NULL, and
+ * page_has_room(pg). */
 struct block *page_extend(struct page *pg)
 {
+    if (page_has_fresh(pg))
+        return page_take_fresh(pg);
     if (pg->held)
         return page_unhold(pg);
     struct page_shape *sh = page_shape_of(pg);
     uint32_t bs = sh->block_size, base = pg->reserved;
-    uint32_t os_page = (base * bs) >> OS_SHIFT;
-    uint32_t n = 1;
-    if (bs < OS_PAGE && pg->touched > (os_page << OS_SHIFT)) {
-        uint32_t last = sizeclass_div(((os_page + 1) << OS_SHIFT) - 1, pg->cls);
-        uint32_t left = (uint32_t)(pg->capacity - base);
-        n = last + 1 - base;
-        n = n > left ? left : n;
-    }
+    bool secure = init_secure();
+    uint32_t n = page_run_length(pg, bs, base, secure);
     /* Atomic for other threads' reads (statistics; remote frees read the shape). */
     __atomic_store_n(&pg->reserved, (uint16_t)(base + n), __ATOMIC_RELAXED);
     __atomic_store_n(&sh->reserved, (uint16_t)(base + n), __ATOMIC_RELAXED);
     if ((base + n) * bs > pg->touched)
         pg->touched = (base + n) * bs;
-    if (unlikely(n > 2 && init_secure()))
-        return page_extend_shuffled(pg, sh->start, bs, base, n);
-    return page_thread_run(pg, sh->start, bs, base, NULL, n);
+    if (unlikely(secure))
+        return n > 2 ? page_extend_shuffled(pg, sh->start, bs, base, n)
+                     : page_thread_run(pg, sh->start, bs, base, NULL, n);
+    uint32_t first = (uint32_t)(sh->start - (uint8_t *)segment_of(pg)) + base * bs;
+    pg->fresh = first + bs;
+    pg->fresh_end = first + n * bs;
+    pg->fresh_size = bs;
+    pg->used++;
+    return (struct block *)(sh->start + (size_t)base * bs);
 }
 
 void page_queue_push(struct page_queue *q, struct page *pg)

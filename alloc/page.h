@@ -2,9 +2,13 @@
  * page.h - one size class inside one page: its free list, how it grows, and
  * the doubly linked queues a heap keeps pages on.
  *
- * A page is carved lazily: `reserved` blocks have been threaded onto the
- * free list so far, at most about one OS page's worth at a time, so a fresh
- * page costs RSS only as it is used.
+ * A page is carved lazily, a run at a time: `reserved` blocks have been
+ * carved so far. A run is not threaded onto the free list (that would
+ * write into memory nobody has touched yet, taking its page faults inside
+ * malloc); its blocks go out one after the other from the page's fresh
+ * run, untouched, straight from malloc's fast path once its list is empty.
+ * So a fresh page costs RSS only as it is used, and malloc never writes a
+ * block it has not handed out before.
  */
 #ifndef TALLY_PAGE_H
 #define TALLY_PAGE_H
@@ -18,9 +22,25 @@ HIDDEN struct block *page_extend(struct page *pg);
 HIDDEN void page_queue_push(struct page_queue *q, struct page *pg);
 HIDDEN void page_queue_remove(struct page_queue *q, struct page *pg);
 
+/* Whether pg's fresh run has a block left. */
+static inline bool page_has_fresh(const struct page *pg)
+{
+    return pg->fresh < pg->fresh_end;
+}
+
+/* The next block of pg's fresh run, counted as used. Precondition:
+ * page_has_fresh(pg). */
+static inline struct block *page_take_fresh(struct page *pg)
+{
+    uint32_t off = pg->fresh;
+    pg->fresh = off + pg->fresh_size;
+    pg->used++;
+    return (struct block *)(((uintptr_t)pg & ~SEGMENT_MASK) + off);
+}
+
 static inline bool page_has_room(const struct page *pg)
 {
-    return pg->free != NULL || pg->reserved < pg->capacity || pg->held;
+    return pg->free != NULL || page_has_fresh(pg) || pg->reserved < pg->capacity || pg->held;
 }
 
 /* Partial purge of a live small page: hands back every OS page whose

@@ -65,12 +65,17 @@ struct page {
                                   lives; their (free) blocks are off the list */
     uint32_t touched;          /* bytes from the area's start carved since it
                                   was last purged, by this class or earlier ones */
+    /* The fresh run (page.c): never-used blocks carved but not threaded,
+     * handed out one after the other from `fresh` (a byte offset from the
+     * segment) while it is below `fresh_end`, `fresh_size` apart. */
+    uint32_t fresh;
     struct page *next, *prev;  /* class queue or retired list */
     union {
         uint64_t retired_at;   /* retired: ms when it joined the list */
         uint32_t swept_used;   /* in a queue: `used` at the last partial purge;
                                   a kept list: `used` at the last sweep */
     };
+    uint32_t fresh_end, fresh_size;
 };
 
 _Static_assert(sizeof(struct page) == 64, "one descriptor per cache line");

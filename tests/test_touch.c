@@ -5,6 +5,7 @@
  */
 #include "helpers.h"
 #include <criterion/criterion.h>
+#include <stdint.h>
 
 static long faults_inside_malloc(size_t size, int calls)
 {
@@ -46,4 +47,35 @@ Test(touch, blocks_carved_later_are_intact_and_distinct)
             cr_assert_eq(v[i][k], (unsigned char)(i & 0xff), "block %d byte %zu", i, k);
         free(v[i]);
     }
+}
+
+Test(touch, malloc_writes_no_block_it_has_not_handed_out)
+{
+    /* Fresh blocks go out from the page's fresh run, untouched: the block
+     * after the one just returned still reads as the zeros of its fresh
+     * mapping. (Threading a run onto the free list wrote a link into each
+     * of its blocks as soon as the caller had touched their OS page.) */
+    enum { N = 300 };
+    size_t bs = 1024;
+    char *v[N];
+    int checked = 0, written = 0;
+    for (int i = 0; i < N; i++) {
+        v[i] = malloc(1000);
+        cr_assert_not_null(v[i]);
+        memset(v[i], 0x5a, 1000);       /* the caller uses its block */
+        if (i == 0 || v[i] != v[i - 1] + bs)
+            continue;                   /* not the next block of a run */
+        char *next = v[i] + bs;
+        if (((uintptr_t)next & 0xffff) == 0)
+            continue;                   /* the next page, not this run */
+        uintptr_t word;
+        memcpy(&word, next, sizeof word);
+        checked++;
+        written += word != 0;
+    }
+    cr_assert_gt(checked, N / 2, "only %d blocks were followed by a fresh one", checked);
+    cr_assert_eq(written, 0, "%d of %d blocks not handed out yet were written", written,
+                 checked);
+    for (int i = 0; i < N; i++)
+        free(v[i]);
 }
