@@ -145,9 +145,6 @@ static void os_purge_list(struct os_range *r, unsigned n)
     /* valgrind does not know the call (it warns, then fails it). */
     if (n > 1 && !__atomic_load_n(&purge_list_refused, __ATOMIC_RELAXED) &&
         !RUNNING_ON_VALGRIND) {
-        size_t total = 0;
-        for (unsigned i = 0; i < n; i++)
-            total += r[i].size;
         int saved = errno;   /* free() must leave errno alone (POSIX 2024) */
         uint64_t t0 = os_call_begin();
         long done = syscall(SYS_process_madvise, OS_PIDFD_SELF, (struct iovec *)r,
@@ -161,10 +158,10 @@ static void os_purge_list(struct os_range *r, unsigned n)
             done = 0;
         }
         errno = saved;
-        atomic_fetch_add_explicit(&bytes_purged, (size_t)done, memory_order_relaxed);
         /* What it did not get to (an error part way) goes one by one; a
          * range done in part is simply purged again. */
         while (n && (size_t)done >= r->size) {
+            atomic_fetch_add_explicit(&bytes_purged, r->size, memory_order_relaxed);
             done -= (long)r->size;
             r++;
             n--;
