@@ -221,6 +221,12 @@ static uint32_t page_run_length(const struct page *pg, uint32_t bs, uint32_t bas
         if (bs >= OS_PAGE || pg->touched <= (os_page << OS_SHIFT))
             return 1;
         end = (os_page + 1) << OS_SHIFT;
+    } else if (pg->touched > base * bs) {
+        /* Another class's data lies ahead (a page taken over): runs of one
+         * OS page, so that what counts as reserved, which page_purge_tail
+         * leaves alone, follows what this class hands out, and the sweep
+         * gives back the rest. */
+        end = ((base * bs) | (OS_PAGE - 1)) + 1;
     } else {
         end = base * bs + FRESH_RUN;
     }
