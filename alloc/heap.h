@@ -133,14 +133,8 @@ static inline void *heap_carve_current(struct heap *h, struct page *pg)
 /* Allocates from h's current page for cls, else takes the slow path. */
 static inline void *heap_alloc(struct heap *h, unsigned cls)
 {
-    struct page *pg = h->current[cls];
-    struct block *b = pg->free;
-    if (likely(b != NULL)) {
-        pg->free = block_next(b);
-        pg->used++;
-        return b;
-    }
-    return heap_alloc_slow(h, cls);
+    struct block *b = page_try_pop(h->current[cls]);
+    return likely(b != NULL) ? b : heap_alloc_slow(h, cls);
 }
 
 #endif

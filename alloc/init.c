@@ -84,8 +84,3 @@ size_t init_large_cache_bytes(void) { return (size_t)option(OPT_LARGE_CACHE); }
 
 bool init_purge_batch(void) { return option(OPT_PURGE_BATCH) != 0; }
 
-size_t init_mmap_threshold(void)
-{
-    size_t t = (size_t)option(OPT_MMAP_THRESHOLD);
-    return t < SMALL_MAX ? SMALL_MAX : t > MEDIUM_MAX ? MEDIUM_MAX : t;
-}

@@ -5,14 +5,23 @@
 #define TALLY_INIT_H
 
 #include "internal.h"
+#include "sizeclass.h"
+#include "../instrument/options.h"
 
 /* Runs start-up once; cheap when done. Safe to re-enter from start-up. */
 HIDDEN void init_ensure(void);
 HIDDEN uint64_t init_purge_delay_ms(void);
-HIDDEN size_t init_mmap_threshold(void);
 HIDDEN size_t init_large_cache_bytes(void);
 HIDDEN bool init_purge_batch(void);
 HIDDEN bool init_secure(void);
+
+/* Requests above it get a mapping of their own: the mmap_threshold option,
+ * held to SMALL_MAX..MEDIUM_MAX. Inline: malloc's medium lane tests it. */
+static inline size_t init_mmap_threshold(void)
+{
+    size_t t = (size_t)option(OPT_MMAP_THRESHOLD);
+    return t < SMALL_MAX ? SMALL_MAX : t > MEDIUM_MAX ? MEDIUM_MAX : t;
+}
 
 /* Provided by heap_life.c for start-up. */
 HIDDEN void heap_empty_init(void);

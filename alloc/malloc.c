@@ -67,12 +67,9 @@ static NOINLINE void *malloc_slow(size_t size, const void *site)
  * (the slow path drains them). */
 static ALWAYS_INLINE struct block *take_inline(struct heap *h, struct page *pg)
 {
-    struct block *b = pg->free;
-    if (likely(b != NULL)) {
-        pg->free = block_next(b);
-        pg->used++;
+    struct block *b = page_try_pop(pg);
+    if (likely(b != NULL))
         return b;
-    }
     if (page_has_fresh(pg) && heap_no_remote(h))
         return page_take_fresh(pg);
     return NULL;
@@ -89,7 +86,7 @@ EXPORT void *malloc(size_t size)
         struct block *b = take_inline(h, h->direct[(size + 15) >> 4]);
         if (likely(b != NULL))
             return b;
-    } else if (size <= MEDIUM_MAX && size <= option(OPT_MMAP_THRESHOLD) &&
+    } else if (size <= init_mmap_threshold() &&
                __atomic_load_n(&malloc_fast_limit, __ATOMIC_RELAXED)) {
         /* A medium size (no direct[] slot): its class's current page, here,
          * without the layers between (a malloc+free pair of 50,000 B took

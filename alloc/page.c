@@ -232,8 +232,9 @@ static uint32_t page_run_length(const struct page *pg, uint32_t bs, uint32_t bas
     }
     if (end > (uint32_t)pg->capacity * bs)
         end = (uint32_t)pg->capacity * bs;
+    /* end lies past block base's start, so n >= 1. */
     uint32_t n = sizeclass_div(end - 1, pg->cls) + 1 - base;
-    return n < 1 ? 1 : n > left ? left : n;
+    return n > left ? left : n;
 }
 
 /* Hands out the next never-used block: from the fresh run, else held

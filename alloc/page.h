@@ -58,16 +58,22 @@ HIDDEN void page_purge_tail(struct page *pg);
  * the work. */
 HIDDEN void page_purge_free_blocks(struct page *pg);
 
-/* Pops a block; the caller has checked page_has_room(). */
-static inline struct block *page_pop(struct page *pg)
+/* The head of pg's free list, popped and counted as used, or NULL. */
+static ALWAYS_INLINE struct block *page_try_pop(struct page *pg)
 {
     struct block *b = pg->free;
     if (likely(b != NULL)) {
         pg->free = block_next(b);
         pg->used++;
-        return b;
     }
-    return page_extend(pg);
+    return b;
+}
+
+/* Pops a block; the caller has checked page_has_room(). */
+static inline struct block *page_pop(struct page *pg)
+{
+    struct block *b = page_try_pop(pg);
+    return likely(b != NULL) ? b : page_extend(pg);
 }
 
 #endif

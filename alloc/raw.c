@@ -77,25 +77,11 @@ static ALWAYS_INLINE const struct page_shape *checked_shape(struct segment *s, c
     return sh;
 }
 
-/* A checked block of the caller's own heap onto its page's list: a medium
- * block (its slice redirects), or one of a full page, or a double free. */
-static ALWAYS_INLINE void free_own_checked(struct segment *s, struct block *b)
-{
-    struct page *pg = segment_page_of(s, b);
-    if (likely(pg->flags == 0 && b != pg->free)) {
-        block_set_next(b, pg->free);
-        pg->free = b;
-        pg->used--;
-        return;
-    }
-    heap_free_owned_slow(tls_heap, pg, b);
-}
-
 void raw_free_own(void *p)
 {
     struct segment *s = segment_of(p);
     checked_shape(s, p, "free");
-    free_own_checked(s, p);
+    heap_free_owned_slow(tls_heap, segment_page_of(s, p), p);
 }
 
 void raw_free_heap_block(void *p, uint16_t tag, const char *func)
@@ -103,7 +89,7 @@ void raw_free_heap_block(void *p, uint16_t tag, const char *func)
     struct segment *s = segment_of(p);
     const struct page_shape *sh = checked_shape(s, p, func);
     if (tag == tls_tag)
-        free_own_checked(s, p);
+        heap_free_owned_slow(tls_heap, segment_page_of(s, p), p);
     else
         remote_free(tag, p, sh);
 }
