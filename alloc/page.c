@@ -206,7 +206,7 @@ static NOINLINE struct block *page_extend_shuffled(struct page *pg, uint8_t *sta
  * the next FRESH_RUN bytes (at least one: the rest of a small page, up to
  * 64 KiB more of a medium one), handed out untouched from the fresh run.
  * Threaded runs of one OS page sent every fresh 4 KiB malloc to the slow
- * path (116 instructions, now 64; latency-touch median 19-26 ns at 1 KiB,
+ * path (116 instructions, now 66; latency-touch median 19-26 ns at 1 KiB,
  * now 11-12); runs of 16 KiB took 85 instructions a fresh 4 KiB block.
  * Whatever a run covers counts as reserved: a remote free of one of its
  * blocks not yet handed out passes the shape check, as one of a block
