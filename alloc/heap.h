@@ -66,9 +66,11 @@ extern HIDDEN __thread uint16_t tls_tag TLS_IE;
 
 HIDDEN struct heap *heap_get(void);
 HIDDEN void heap_set_current(struct heap *h, unsigned cls, struct page *pg);
-HIDDEN void *heap_alloc_slow(struct heap *h, unsigned cls);
+/* exact: the block must be of class cls itself, never a neighbour's lent
+ * block (heap.c): an aligned request relies on its class's alignment. */
+HIDDEN void *heap_alloc_slow(struct heap *h, unsigned cls, bool exact);
 /* Allocates from a lock-protected shared heap (see heap.c). */
-HIDDEN void *heap_alloc_shared(enum shared_heap_id id, unsigned cls);
+HIDDEN void *heap_alloc_shared(enum shared_heap_id id, unsigned cls, bool exact);
 HIDDEN void heap_free_owned_slow(struct heap *h, struct page *pg, struct block *b);
 HIDDEN bool heap_trim(void);
 
@@ -131,10 +133,10 @@ static inline void *heap_carve_current(struct heap *h, struct page *pg)
 }
 
 /* Allocates from h's current page for cls, else takes the slow path. */
-static inline void *heap_alloc(struct heap *h, unsigned cls)
+static inline void *heap_alloc(struct heap *h, unsigned cls, bool exact)
 {
     struct block *b = page_try_pop(h->current[cls]);
-    return likely(b != NULL) ? b : heap_alloc_slow(h, cls);
+    return likely(b != NULL) ? b : heap_alloc_slow(h, cls, exact);
 }
 
 #endif

@@ -105,7 +105,7 @@ struct heap *heap_get(void)
     return heap_acquire();
 }
 
-void *heap_alloc_shared(enum shared_heap_id id, unsigned cls)
+void *heap_alloc_shared(enum shared_heap_id id, unsigned cls, bool exact)
 {
     struct shared_heap *sh = &shared[id];
     pthread_mutex_lock(&sh->lock);
@@ -117,7 +117,7 @@ void *heap_alloc_shared(enum shared_heap_id id, unsigned cls)
             __atomic_store_n(&heap_debug_tag, sh->heap->tag, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&heap_lock);
     }
-    void *p = sh->heap ? heap_alloc(sh->heap, cls) : NULL;
+    void *p = sh->heap ? heap_alloc(sh->heap, cls, exact) : NULL;
     pthread_mutex_unlock(&sh->lock);
     return p;
 }

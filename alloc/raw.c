@@ -11,10 +11,11 @@
 
 #include <string.h>
 
-static void *alloc_in_class(unsigned cls)
+/* exact: see heap_alloc_slow. */
+static void *alloc_in_class(unsigned cls, bool exact)
 {
     struct heap *h = heap_get();
-    return h ? heap_alloc(h, cls) : heap_alloc_shared(SHARED_ORPHAN, cls);
+    return h ? heap_alloc(h, cls, exact) : heap_alloc_shared(SHARED_ORPHAN, cls, exact);
 }
 
 /* The smallest class whose blocks are all aligned to `align`: its size is
@@ -41,12 +42,12 @@ void *raw_alloc(size_t size, size_t align)
     if (align <= MIN_ALIGN) {
         if (size > init_mmap_threshold())
             return large_alloc(size, MIN_ALIGN, 0, 0);
-        return alloc_in_class(sizeclass_of(size));
+        return alloc_in_class(sizeclass_of(size), false);
     }
     if (size > PTRDIFF_MAX - align)
         return NULL;
     int cls = aligned_class(size, align);
-    return cls >= 0 ? alloc_in_class((unsigned)cls) : large_alloc(size, align, 0, 0);
+    return cls >= 0 ? alloc_in_class((unsigned)cls, true) : large_alloc(size, align, 0, 0);
 }
 
 void *raw_calloc(size_t size)
@@ -54,7 +55,7 @@ void *raw_calloc(size_t size)
     /* A fresh large mapping is already zero; large_alloc clears a warm one. */
     if (size > init_mmap_threshold())
         return large_alloc(size, MIN_ALIGN, 0, LARGE_ZERO);
-    void *p = alloc_in_class(sizeclass_of(size));
+    void *p = alloc_in_class(sizeclass_of(size), false);
     if (p)
         memset(p, 0, size);
     return p;
@@ -156,7 +157,7 @@ void *raw_alloc_debug(size_t size, size_t align, size_t front)
     int cls = aligned_class(front + size, align);
     if (cls < 0)
         return large_alloc(size, align, front, LARGE_DEBUG);
-    uint8_t *b = heap_alloc_shared(SHARED_DEBUG, (unsigned)cls);
+    uint8_t *b = heap_alloc_shared(SHARED_DEBUG, (unsigned)cls, true);
     return b ? b + front : NULL;
 }
 

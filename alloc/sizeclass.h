@@ -3,8 +3,8 @@
  *
  * Classes: 16-byte steps up to 128 B (malloc's 16-byte alignment makes
  * anything finer pointless), then eight classes per power of two up to
- * 512 KiB, so a block never exceeds its request by more than 12.5 % (and
- * by about 6 % on average). Classes up to SMALL_MAX live in 64 KiB pages;
+ * 512 KiB, so a class never exceeds a request by more than 12.5 % (and
+ * by about 6 % on average; a borrowed block, below, by up to 37.5 %). Classes up to SMALL_MAX live in 64 KiB pages;
  * larger ("medium") ones in a page spanning a whole segment, so every page
  * holds at least 7 blocks. The fast path needs no class lookup at all: each
  * heap's direct[] table maps (size + 15) / 16 straight to the class's page.
@@ -18,6 +18,12 @@
 #define MEDIUM_MAX  (512u * 1024u)
 #define NUM_SMALL_CLASSES 56
 #define NUM_CLASSES 104
+
+/* A small class from SIZECLASS_BORROW_FIRST on that has no room of its
+ * own may be served a free block of up to SIZECLASS_BORROW_REACH classes
+ * up (heap.c says why), so malloc_usable_size can exceed the class size. */
+#define SIZECLASS_BORROW_FIRST 8
+#define SIZECLASS_BORROW_REACH 2
 
 extern HIDDEN const uint32_t sizeclass_block_size[NUM_CLASSES];
 

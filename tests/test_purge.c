@@ -1,6 +1,7 @@
 /*
  * test_purge.c - freed memory goes back to the OS: after a short delay on
- * its own, and at once on malloc_trim(0).
+ * its own, and at once on malloc_trim(0); and freed memory is used again
+ * before fresh memory is.
  */
 #include "helpers.h"
 #include "tally.h"
@@ -227,6 +228,92 @@ Test(purge, a_new_thread_gets_the_retired_page_of_its_own_class)
     cr_assert_eq((uintptr_t)got >> 16, (uintptr_t)old >> 16,
                  "malloc(16) at %p, the retired 16-byte page held %p", got, old);
     free(got);
+}
+
+/* In a thread of its own (a heap with no pages yet): 64 blocks of 176 B,
+ * every other one freed, then 33 of 150 B, whose class (160 B) has no
+ * page of its own. */
+struct lending {
+    void *holes[32];
+    void *got[33];
+    size_t usable[33];
+};
+
+static void *fill_holes_of_a_neighbour(void *arg)
+{
+    struct lending *l = arg;
+    void *v[64];
+    for (int i = 0; i < 64; i++) {
+        v[i] = malloc(176);
+        memset(v[i], 0x55, 176);
+    }
+    for (int i = 0; i < 32; i++) {
+        l->holes[i] = v[2 * i];
+        free(v[2 * i]);
+    }
+    for (int i = 0; i < 33; i++) {
+        l->got[i] = malloc(150);
+        l->usable[i] = malloc_usable_size(l->got[i]);
+    }
+    for (int i = 0; i < 33; i++)
+        free(l->got[i]);
+    for (int i = 0; i < 32; i++)
+        free(v[2 * i + 1]);
+    return NULL;
+}
+
+Test(purge, a_class_with_no_room_fills_a_neighbours_holes_before_a_fresh_page)
+{
+    struct lending l;
+    pthread_t t;
+    pthread_create(&t, NULL, fill_holes_of_a_neighbour, &l);
+    pthread_join(t, NULL);
+    for (int i = 0; i < 32; i++) {
+        int hole = 0;
+        for (int k = 0; k < 32; k++)
+            hole |= l.got[i] == l.holes[k];
+        cr_assert(hole && l.usable[i] == 176, "malloc(150) #%d at %p (usable %zu) is no hole of "
+                  "the 176-byte page", i, l.got[i], l.usable[i]);
+    }
+    /* The holes are used up: the class takes a page of its own. */
+    cr_assert_eq(l.usable[32], 160);
+}
+
+/* Holes in the two classes above 256 B (288 and 320), then aligned
+ * requests whose class is 256 B: a lent block would be 32-byte aligned. */
+static void *align_beside_holes(void *arg)
+{
+    int *misaligned = arg;
+    void *v[2][64];
+    for (int i = 0; i < 64; i++) {
+        v[0][i] = malloc(288);
+        v[1][i] = malloc(320);
+    }
+    for (int i = 0; i < 64; i += 2) {
+        free(v[0][i]);
+        free(v[1][i]);
+    }
+    void *a[16];
+    for (int i = 0; i < 16; i++) {
+        cr_assert_eq(posix_memalign(&a[i], 256, 200), 0);
+        *misaligned += (uintptr_t)a[i] % 256 != 0;
+    }
+    for (int i = 0; i < 16; i++)
+        free(a[i]);
+    for (int i = 1; i < 64; i += 2) {
+        free(v[0][i]);
+        free(v[1][i]);
+    }
+    return NULL;
+}
+
+Test(purge, an_aligned_request_is_never_lent_a_neighbours_block)
+{
+    int misaligned = 0;
+    pthread_t t;
+    pthread_create(&t, NULL, align_beside_holes, &misaligned);
+    pthread_join(t, NULL);
+    cr_assert_eq(misaligned, 0, "%d of 16 blocks not 256-byte aligned", misaligned);
 }
 
 /* Whether this kernel takes a list of ranges to purge for the calling

@@ -36,3 +36,15 @@ Test(sizeclass, reciprocal_division_is_exact_inside_a_segment)
             cr_assert_eq(sizeclass_div(off, c), off / bs, "class %u off %u", c, off);
     }
 }
+
+Test(sizeclass, a_class_wastes_at_most_a_quarter_of_a_request)
+{
+    /* 16-byte granularity up to 128 B, then at most 25% over the request. */
+    for (size_t n = 1; n <= MEDIUM_MAX; n++) {
+        size_t u = sizeclass_block_size[sizeclass_of(n)];
+        if (n <= 128)
+            cr_assert_lt(u - n, 16, "size %zu block %zu", n, u);
+        else
+            cr_assert_leq((double)(u - n), 0.25 * (double)n, "size %zu block %zu", n, u);
+    }
+}
