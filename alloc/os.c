@@ -22,7 +22,6 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <time.h>
 
 static _Atomic uint64_t n_calls[OS_CALLS], ns_calls[OS_CALLS];
 static _Atomic uint64_t bytes_mapped, bytes_purged;
@@ -296,20 +295,6 @@ void os_counters_read(struct os_counters *out)
     }
     out->mapped_bytes = atomic_load(&bytes_mapped);
     out->purged_bytes = atomic_load(&bytes_purged);
-}
-
-uint64_t os_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-uint64_t os_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 size_t os_resident(void *p, size_t size)

@@ -76,7 +76,8 @@ HIDDEN void os_protect(void *p, size_t size, bool guard);
 HIDDEN void  os_fail_after(long n);
 HIDDEN void  os_counters_read(struct os_counters *out);
 
-/* Milliseconds on a cheap monotonic clock (vDSO, coarse): purge timing. */
+/* Milliseconds on a cheap monotonic clock (vDSO, coarse): purge timing;
+ * and nanoseconds (timing mode). os_clock.c. */
 HIDDEN uint64_t os_now_ms(void);
 HIDDEN uint64_t os_now_ns(void);
 /* Bytes of [p, p + size) resident in RAM (mincore), for statistics. */
