@@ -40,6 +40,9 @@ struct heap {
      * heap_new_page takes it back without walking the list (a walk over
      * medium pages touches one segment header each). */
     struct page *retired_of[NUM_CLASSES];
+    /* Blocks each small class borrowed since it last had a page of its
+     * own as its current page (heap.c, heap_lender). */
+    uint8_t borrowed[NUM_SMALL_CLASSES];
     struct segment *segments;             /* every segment this heap owns */
     struct heap *pool_next;
     /* Adopted blocks of other heaps, per small class (remote.h): `free` is

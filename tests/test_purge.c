@@ -279,6 +279,39 @@ Test(purge, a_class_with_no_room_fills_a_neighbours_holes_before_a_fresh_page)
     cr_assert_eq(l.usable[32], 160);
 }
 
+/* In a thread of its own: 1,000 blocks of 176 B, all but every tenth
+ * freed (900 holes), then 100 pairs of malloc(150) and free: lending stops
+ * after a bounded run, so the class gets a page of its own and its
+ * mallocs go back to the fast path. Returns the pairs served at 160 B. */
+static void *pairs_beside_many_holes(void *arg)
+{
+    int *own = arg;
+    void **v = malloc(1000 * sizeof *v);
+    for (int i = 0; i < 1000; i++)
+        v[i] = malloc(176);
+    for (int i = 0; i < 1000; i++)
+        if (i % 10)
+            free(v[i]);
+    for (int i = 0; i < 100; i++) {
+        void *p = malloc(150);
+        *own += malloc_usable_size(p) == 160;
+        free(p);
+    }
+    for (int i = 0; i < 1000; i += 10)
+        free(v[i]);
+    free(v);
+    return NULL;
+}
+
+Test(purge, lending_to_a_class_stops_after_a_bounded_run)
+{
+    int own = 0;
+    pthread_t t;
+    pthread_create(&t, NULL, pairs_beside_many_holes, &own);
+    pthread_join(t, NULL);
+    cr_assert_geq(own, 50, "only %d of 100 malloc(150) came from a 160-byte page", own);
+}
+
 /* Holes in the two classes above 256 B (288 and 320), then aligned
  * requests whose class is 256 B: a lent block would be 32-byte aligned. */
 static void *align_beside_holes(void *arg)
