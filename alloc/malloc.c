@@ -24,6 +24,11 @@
 
 #define EXPORT __attribute__((visibility("default")))
 #define CALLER __builtin_return_address(0)
+/* The two fast paths start on a cache line: where the linker happened to
+ * put them moved the asterisk loop by 13% at the same instruction count
+ * (malloc at 48 bytes into a line: 0.115 s; on a line: 0.101 s; medians
+ * of 15 alternating runs). */
+#define FAST_ENTRY __attribute__((aligned(64)))
 
 static void *malloc_fail(void)
 {
@@ -75,7 +80,7 @@ static ALWAYS_INLINE struct block *take_inline(struct heap *h, struct page *pg)
     return NULL;
 }
 
-EXPORT void *malloc(size_t size)
+EXPORT FAST_ENTRY void *malloc(size_t size)
 {
     struct heap *h = tls_heap;
     /* A plain read: the compiler folds it into the compare (a relaxed
@@ -117,7 +122,7 @@ static NOINLINE void free_slow(void *p, const void *site)
         raw_free(p, "free");
 }
 
-EXPORT void free(void *p)
+EXPORT FAST_ENTRY void free(void *p)
 {
     if (likely((segmap_tag(p) | hooks_tag_mask) == tls_tag)) {   /* plain: see malloc */
         struct segment *s = segment_of(p);
