@@ -291,8 +291,8 @@ static struct page *heap_retired_page(struct heap *h, unsigned cls)
 }
 
 /* A small class about to take a fresh page borrows a free block of one of
- * the next SIZECLASS_BORROW_REACH classes up instead (sizeclass.h), if one of their
- * first pages has one: the page whose free list to pop, or NULL.
+ * the next SIZECLASS_BORROW_REACH classes up instead (sizeclass.h), if one
+ * of their first pages has one: the page whose free list to pop, or NULL.
  * Why: a class's pages are sized for the most blocks it ever held at once,
  * and a page goes back only once it is empty, so under random churn each
  * class keeps the holes of its own highest excursion. On rssfoot's objects

@@ -37,7 +37,7 @@ struct heap {
     struct page_queue queue[NUM_CLASSES]; /* pages with room, per class */
     struct page_queue retired[2];         /* empty pages, oldest first */
     /* The page of each class that retired last, while it stays retired:
-     * heap_new_page takes it back without walking the list (a walk over
+     * heap_retired_page takes it back without walking the list (a walk over
      * medium pages touches one segment header each). */
     struct page *retired_of[NUM_CLASSES];
     /* Blocks each small class borrowed since it last had a page of its

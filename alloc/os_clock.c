@@ -5,7 +5,7 @@
  * Why not libc's clock_gettime: its code sits in a part of libc's text
  * that a program's own code seldom uses, and the first call faults in the
  * kernel's 64 KiB fault-around window there. On a small program that was
- * 64 KiB of RSS (asterisk-like loop: file RSS 1,308 -> 1,244 KiB, medians
+ * 64 KiB of RSS (asterisk-like loop: file RSS 1,308 -> 1,248 KiB, medians
  * of 8 runs; glibc's own malloc: 1,116). So tally looks the function up
  * in the vDSO the way libc does (its ELF dynamic symbol table, found
  * through the auxiliary vector), and falls back to the system call where
