@@ -7,6 +7,7 @@
 
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,15 @@ static inline struct child_result run_in_child(void (*fn)(void *), void *arg)
     close(fds[0]);
     waitpid(pid, &r.status, 0);
     return r;
+}
+
+/* Runs fn(arg) on a thread of its own (a heap of its own) and waits. */
+static inline void run_in_thread(void *(*fn)(void *), void *arg)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, fn, arg) != 0)
+        abort();
+    pthread_join(t, NULL);
 }
 
 static inline int child_signal(const struct child_result *r)

@@ -265,9 +265,7 @@ static void *fill_holes_of_a_neighbour(void *arg)
 Test(purge, a_class_with_no_room_fills_a_neighbours_holes_before_a_fresh_page)
 {
     struct lending l;
-    pthread_t t;
-    pthread_create(&t, NULL, fill_holes_of_a_neighbour, &l);
-    pthread_join(t, NULL);
+    run_in_thread(fill_holes_of_a_neighbour, &l);
     for (int i = 0; i < 32; i++) {
         int hole = 0;
         for (int k = 0; k < 32; k++)
@@ -306,9 +304,7 @@ static void *pairs_beside_many_holes(void *arg)
 Test(purge, lending_to_a_class_stops_after_a_bounded_run)
 {
     int own = 0;
-    pthread_t t;
-    pthread_create(&t, NULL, pairs_beside_many_holes, &own);
-    pthread_join(t, NULL);
+    run_in_thread(pairs_beside_many_holes, &own);
     cr_assert_geq(own, 50, "only %d of 100 malloc(150) came from a 160-byte page", own);
 }
 
@@ -343,9 +339,7 @@ static void *align_beside_holes(void *arg)
 Test(purge, an_aligned_request_is_never_lent_a_neighbours_block)
 {
     int misaligned = 0;
-    pthread_t t;
-    pthread_create(&t, NULL, align_beside_holes, &misaligned);
-    pthread_join(t, NULL);
+    run_in_thread(align_beside_holes, &misaligned);
     cr_assert_eq(misaligned, 0, "%d of 16 blocks not 256-byte aligned", misaligned);
 }
 
