@@ -315,7 +315,8 @@ static struct page *heap_retired_page(struct heap *h, unsigned cls)
 #define HEAP_BORROW_MAX 32
 static struct page *heap_lender(struct heap *h, unsigned cls)
 {
-    if (cls < SIZECLASS_BORROW_FIRST || h->borrowed[cls] >= HEAP_BORROW_MAX || hooks_on())
+    if (cls < SIZECLASS_BORROW_FIRST || cls >= NUM_SMALL_CLASSES ||
+        h->borrowed[cls] >= HEAP_BORROW_MAX || hooks_on())
         return NULL;
     for (unsigned c = cls + 1; c < NUM_SMALL_CLASSES && c <= cls + SIZECLASS_BORROW_REACH; c++) {
         int looked = 0;
