@@ -5,7 +5,8 @@
  * Stage 2 creates the thread-exit key and registers the fork handlers; both
  * may, in some libc versions, call malloc, which is fine because the heap
  * machinery needs nothing from these stages to serve that call.
- * Besides the hooks' slow-path dispatch, this is the one place alloc/ calls
+ * Besides the hooks' slow-path dispatch (malloc.c) and heap.c's look at
+ * hooks_on() before it lends a block, this is the one place alloc/ calls
  * into instrument/: it loads the option table and lets the hooks settle
  * which modes are on.
  */
