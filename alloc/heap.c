@@ -292,7 +292,9 @@ static struct page *heap_retired_page(struct heap *h, unsigned cls)
 
 /* A small class about to take a fresh page borrows a free block of one of
  * the next SIZECLASS_BORROW_REACH classes up instead (sizeclass.h), if one
- * of their first pages has one: the page whose free list to pop, or NULL.
+ * of their first pages has one: that block, or NULL. The class's current
+ * page stays page_empty until one of its blocks is freed and puts its page
+ * back on the queue, or the bound below sends it to a fresh page.
  * Why: a class's pages are sized for the most blocks it ever held at once,
  * and a page goes back only once it is empty, so under random churn each
  * class keeps the holes of its own highest excursion. On rssfoot's objects
@@ -313,16 +315,21 @@ static struct page *heap_retired_page(struct heap *h, unsigned cls)
  * pair of 150 B beside 90,000 freed 176 B blocks: 10.2 -> 28.8 ns; with
  * the bound 10.9, and rssfoot's RSS as without it). */
 #define HEAP_BORROW_MAX 32
-static struct page *heap_lender(struct heap *h, unsigned cls)
+static struct block *heap_borrow(struct heap *h, unsigned cls)
 {
     if (cls < SIZECLASS_BORROW_FIRST || cls >= NUM_SMALL_CLASSES ||
         h->borrowed[cls] >= HEAP_BORROW_MAX || hooks_on())
         return NULL;
     for (unsigned c = cls + 1; c < NUM_SMALL_CLASSES && c <= cls + SIZECLASS_BORROW_REACH; c++) {
         int looked = 0;
-        for (struct page *q = h->queue[c].first; q && looked < 4; q = q->next, looked++)
-            if (q->free)
-                return q;
+        for (struct page *q = h->queue[c].first; q && looked < 4; q = q->next, looked++) {
+            if (q->free) {
+                if (h->current[cls] != &page_empty)
+                    heap_set_current(h, cls, &page_empty);
+                h->borrowed[cls]++;
+                return page_try_pop(q);
+            }
+        }
     }
     return NULL;
 }
@@ -355,10 +362,9 @@ static struct page *heap_fresh_page(struct heap *h, unsigned cls)
 void *heap_alloc_slow(struct heap *h, unsigned cls, bool exact)
 {
     struct page *pg = h->current[cls];
-    /* Still carving the current page: carving goes an OS page at a time
-     * (the first block of a fresh one alone), so this is half the calls for
-     * 1 KiB blocks; the rest of the slow path comes once the page is
-     * carved, at most 32 calls later. */
+    /* Still carving the current page (a run the fast path could not take,
+     * or the next run of a page carved an OS page at a time: one taken over
+     * from another class, or secure mode's): no sweep, clock or drain. */
     void *carved = heap_carve_current(h, pg);
     if (carved)
         return carved;
@@ -396,15 +402,9 @@ void *heap_alloc_slow(struct heap *h, unsigned cls, bool exact)
     }
     pg = heap_retired_page(h, cls);
     if (!pg) {
-        struct page *lender = exact ? NULL : heap_lender(h, cls);
-        if (lender) {
-            /* No page of its own: later calls come here until one of
-             * cls's blocks is freed and puts its page back on the queue. */
-            if (h->current[cls] != &page_empty)
-                heap_set_current(h, cls, &page_empty);
-            h->borrowed[cls]++;
-            return page_try_pop(lender);
-        }
+        struct block *b = exact ? NULL : heap_borrow(h, cls);
+        if (b)
+            return b;
         pg = heap_fresh_page(h, cls);
     }
     if (!pg) {

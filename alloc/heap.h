@@ -41,7 +41,7 @@ struct heap {
      * medium pages touches one segment header each). */
     struct page *retired_of[NUM_CLASSES];
     /* Blocks each small class borrowed since it last had a page of its
-     * own as its current page (heap.c, heap_lender). */
+     * own as its current page (heap.c, heap_borrow). */
     uint8_t borrowed[NUM_SMALL_CLASSES];
     struct segment *segments;             /* every segment this heap owns */
     struct heap *pool_next;

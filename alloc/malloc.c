@@ -54,9 +54,10 @@ static ALWAYS_INLINE void *alloc_entry(size_t size, size_t align, enum hook_op o
 
 static NOINLINE void *malloc_slow(size_t size, const void *site)
 {
-    /* The fast path found its page's list empty: most often the page is
-     * still being carved, which needs neither the class lookup nor the
-     * layers below (a fresh 4 KiB block is one such call each). */
+    /* The fast path found nothing to take: a page carved an OS page at a
+     * time (one taken over from another class) needs its next run, which
+     * needs neither the class lookup nor the layers below (a 4 KiB block
+     * there is one such call each). */
     if (likely(size < __atomic_load_n(&malloc_fast_limit, __ATOMIC_RELAXED))) {
         struct heap *h = tls_heap;
         void *p = heap_carve_current(h, h->direct[(size + 15) >> 4]);

@@ -98,24 +98,24 @@ void page_purge_free_runs(struct page *pg)
     uint32_t whole = (n * bs) >> OS_SHIFT;    /* OS pages fully carved */
     uint64_t map[MAX_BLOCKS / 64] = { 0 };
     page_map_free(pg, map);
-    uint16_t fresh = 0;
+    uint16_t purgeable = 0;
     for (uint32_t k = 0; k < whole; k++) {
         uint32_t first = sizeclass_div(k << OS_SHIFT, pg->cls);
         uint32_t last = sizeclass_div(((k + 1) << OS_SHIFT) - 1, pg->cls);
         if (!(pg->held & (1u << k)) && map_all_set(map, first, last))
-            fresh |= (uint16_t)(1u << k);
+            purgeable |= (uint16_t)(1u << k);
     }
-    if (!fresh)
+    if (!purgeable)
         return;
     for (uint32_t k = 0; k < whole;) {
         uint32_t run = 0;
-        while (k + run < whole && (fresh & (1u << (k + run))))
+        while (k + run < whole && (purgeable & (1u << (k + run))))
             run++;
         if (run)
             os_purge(page_start(pg) + ((size_t)k << OS_SHIFT), (size_t)run << OS_SHIFT);
         k += run ? run : 1;
     }
-    pg->held |= fresh;
+    pg->held |= purgeable;
     struct block *head = NULL;
     for (uint32_t i = n; i-- > 0;)
         if (map_test(map, i) && !block_is_held(pg, i, pg->held))
