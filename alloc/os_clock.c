@@ -16,6 +16,7 @@
 
 #include <elf.h>
 #include <link.h>
+#include <string.h>
 #include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -26,13 +27,6 @@ typedef int (*clock_fn)(clockid_t, struct timespec *);
 static int clock_by_syscall(clockid_t id, struct timespec *ts)
 {
     return (int)syscall(SYS_clock_gettime, id, ts);
-}
-
-static bool same_name(const char *a, const char *b)
-{
-    while (*a && *a == *b)
-        a++, b++;
-    return *a == *b;
 }
 
 /* The address of the vDSO's defined function `name`, or NULL. */
@@ -76,7 +70,7 @@ static void *vdso_symbol(const char *name)
      * once, so a straight scan instead of the hash chains. */
     for (Elf_Symndx i = 0; i < hash[1]; i++) {
         if (ELF64_ST_TYPE(sym[i].st_info) == STT_FUNC && sym[i].st_shndx != SHN_UNDEF &&
-            same_name(str + sym[i].st_name, name))
+            strcmp(str + sym[i].st_name, name) == 0)
             return (void *)(load + sym[i].st_value);
     }
     return NULL;

@@ -215,16 +215,14 @@ static void *take_one(void *arg)
 Test(purge, a_new_thread_gets_the_retired_page_of_its_own_class)
 {
     /* The first thread's heap goes to the pool with 24 retired pages, the
-     * 16-byte one retired first (more than 8 back from the newest). The next thread takes that heap; its
-     * malloc(16) must land in the same page, not in another class's page
-     * re-carved (which keeps what the old class touched). */
+     * 16-byte one retired first (more than 8 back from the newest). The
+     * next thread takes that heap; its malloc(16) must land in the same
+     * page, not in another class's page re-carved (which keeps what the
+     * old class touched). */
     cr_assert_eq(tally_option_set("purge_delay", "100"), 0);
     void *old = NULL, *got = NULL;
-    pthread_t t;
-    pthread_create(&t, NULL, use_classes_and_exit, &old);
-    pthread_join(t, NULL);
-    pthread_create(&t, NULL, take_one, &got);
-    pthread_join(t, NULL);
+    run_in_thread(use_classes_and_exit, &old);
+    run_in_thread(take_one, &got);
     cr_assert_eq((uintptr_t)got >> 16, (uintptr_t)old >> 16,
                  "malloc(16) at %p, the retired 16-byte page held %p", got, old);
     free(got);
@@ -444,9 +442,7 @@ Test(purge, a_small_page_taken_over_by_another_class_gives_back_the_rest)
      * a fresh run may not cover it, or the sweep would leave it alone. */
     cr_assert_eq(tally_option_set("purge_delay", "1000"), 0);
     struct takeover t = { 0 };
-    pthread_t th;
-    pthread_create(&th, NULL, take_over_a_warm_page, &t);
-    pthread_join(th, NULL);
+    run_in_thread(take_over_a_warm_page, &t);
     cr_assert_geq(t.warm, 12, "the block went to a warm page (%d OS pages in RAM)", t.warm);
     cr_assert_leq(t.after, 4, "%d -> %d OS pages in RAM", t.warm, t.after);
     cr_assert_eq(t.last, 0x66);
