@@ -16,6 +16,13 @@ static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cache_entry slots[LARGE_CACHE_SLOTS];   /* oldest first */
 static unsigned count;
 static size_t bytes;
+/* The cache keeps blocks only once the program has shown it reuses them:
+ * a large request that came after a large free arms it (glibc's moving
+ * mmap threshold reads the same sign). Until then a freed block goes back
+ * at once, so a one-off buffer (qsort's temporary, a file read whole)
+ * does not stay resident beside everything the program touches after it.
+ * A cache emptied by age or malloc_trim disarms again. */
+static bool freed_one, armed;
 
 static struct cache_entry cache_remove(unsigned i)
 {
@@ -30,7 +37,8 @@ static struct cache_entry cache_remove(unsigned i)
 void large_cache_put(void *base, size_t size, const struct large_maps *m)
 {
     size_t limit = init_large_cache_bytes();
-    if (size > limit / 2) {
+    if (!__atomic_load_n(&armed, __ATOMIC_RELAXED) || size > limit / 2) {
+        __atomic_store_n(&freed_one, true, __ATOMIC_RELAXED);
         os_unmap(base, size);
         return;
     }
@@ -85,6 +93,11 @@ unsigned large_cache_take(size_t size, struct large_piece out[LARGE_CACHE_SLOTS]
 {
     unsigned n = 0, cuts = 0;
     size_t got = 0;
+    if (!__atomic_load_n(&armed, __ATOMIC_RELAXED)) {
+        if (__atomic_load_n(&freed_one, __ATOMIC_RELAXED))
+            __atomic_store_n(&armed, true, __ATOMIC_RELAXED);
+        return 0;
+    }
     pthread_mutex_lock(&cache_lock);
     while (got < size) {
         int i = cache_pick(size - got, LARGE_MAX_MAPS - 1 - cuts, n > 0);
@@ -99,10 +112,19 @@ unsigned large_cache_take(size_t size, struct large_piece out[LARGE_CACHE_SLOTS]
     return n;
 }
 
+static void cache_disarm(void)
+{
+    __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
+    __atomic_store_n(&freed_one, false, __ATOMIC_RELAXED);
+}
+
 void large_cache_expire(bool all)
 {
-    if (!__atomic_load_n(&count, __ATOMIC_RELAXED))
+    if (!__atomic_load_n(&count, __ATOMIC_RELAXED)) {
+        if (all)
+            cache_disarm();
         return;
+    }
     uint64_t now = os_now_ms();
     struct cache_entry expired[LARGE_CACHE_SLOTS];
     unsigned n = 0;
@@ -112,6 +134,8 @@ void large_cache_expire(bool all)
         return;
     while (count && (all || now - slots[0].freed_at >= LARGE_CACHE_EXPIRE_MS))
         expired[n++] = cache_remove(0);
+    if (!count)
+        cache_disarm();
     pthread_mutex_unlock(&cache_lock);
     for (unsigned i = 0; i < n; i++)
         os_unmap(expired[i].base, expired[i].size);

@@ -102,9 +102,19 @@ Test(large, calloc_of_large_is_zero_and_usable_size_is_mapped_size)
     free(p);
 }
 
+/* The cache keeps freed blocks only once a large request has followed a
+ * large free. This shows it one with a block too big to keep (over half
+ * of large_cache), which goes back to the kernel either way. */
+static void arm_cache(void)
+{
+    free(malloc(100u << 20));
+    free(malloc(100u << 20));
+}
+
 /* Leaves one touched block of n bytes in the large cache. */
 static void cache_one(size_t n)
 {
+    arm_cache();
     char *p = malloc(n);
     memset(p, 1, n);
     free(p);
@@ -129,6 +139,7 @@ Test(large, a_freed_large_block_is_reused_warm)
 
 static void cache_two_pieces(void)
 {
+    arm_cache();
     char *p = malloc(GLUE_PIECE), *q = malloc(GLUE_PIECE);
     memset(p, 1, GLUE_PIECE);
     memset(q, 2, GLUE_PIECE);
@@ -220,6 +231,7 @@ static int kernel_maps(const void *p, size_t n)
 static char *glue_repeatedly(int rounds, size_t *size, int *most_maps)
 {
     size_t one = 1u << 20, cur = one;
+    arm_cache();
     char *g = malloc(cur);
     memset(g, 1, cur);
     *most_maps = 0;
@@ -296,6 +308,7 @@ Test(large, the_cache_keeps_few_blocks_below_a_segment)
     enum { N = 16 };
     size_t n = 1u << 20;
     char *v[N];
+    arm_cache();
     uint64_t before = stats().mapped_bytes;
     for (int i = 0; i < N; i++) {
         v[i] = malloc(n);
@@ -346,12 +359,47 @@ Test(large, split_and_grown_cache_entries_keep_blocks_intact)
 Test(large, malloc_trim_releases_the_cache)
 {
     size_t n = 20u << 20;
-    char *p = malloc(n);
-    memset(p, 1, n);
-    free(p);
+    cache_one(n);
     long cached = rss_kib();
     cr_assert_eq(malloc_trim(0), 1);
     cr_assert_lt(rss_kib(), cached - 15 * 1024, "the cached block's pages were returned");
+}
+
+/* Bytes still mapped after a touched block of n bytes is freed. */
+static uint64_t kept_after_free(size_t n)
+{
+    uint64_t before = stats().mapped_bytes;
+    char *p = malloc(n);
+    memset(p, 1, n);
+    free(p);
+    uint64_t after = stats().mapped_bytes;
+    return after > before ? after - before : 0;
+}
+
+Test(large, a_one_off_large_block_goes_back_at_once)
+{
+    /* qsort's temporary or a file read whole: nothing says the program
+     * will ask again, so its pages must not stay resident. */
+    size_t n = 8u << 20;
+    long rss = rss_kib();
+    cr_assert_eq(kept_after_free(n), 0, "the first large block freed stayed mapped");
+    cr_assert_lt(rss_kib(), rss + 1024, "its pages are no longer resident");
+}
+
+Test(large, a_large_request_after_a_large_free_arms_the_cache)
+{
+    size_t n = 8u << 20;
+    cr_assert_eq(kept_after_free(n), 0);
+    /* The request that follows the free arms the cache: its block stays. */
+    cr_assert_geq(kept_after_free(n), n, "the second large block freed was not kept");
+}
+
+Test(large, malloc_trim_disarms_the_cache)
+{
+    size_t n = 8u << 20;
+    cache_one(n);
+    malloc_trim(0);
+    cr_assert_eq(kept_after_free(n), 0, "a block freed after malloc_trim stayed mapped");
 }
 
 Test(large, a_lowered_threshold_sends_a_medium_size_to_its_own_mapping)
