@@ -129,7 +129,7 @@ EXPORT FAST_ENTRY void free(void *p)
         struct segment *s = segment_of(p);
         struct page *pg = segment_slice_of(s, p);
         struct block *b = p;
-        if (likely(pg->flags == 0 && b != pg->free)) {
+        if (likely(pg->flags == PAGE_OPEN && b != pg->free)) {
             block_set_next(b, pg->free);
             pg->free = b;
             pg->used--;

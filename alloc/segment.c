@@ -49,17 +49,23 @@ void segmap_set_range(const void *p, size_t size, uint16_t first, uint16_t rest)
 
 /* Secure mode: the segment's last OS page becomes a guard, so running off
  * the end of the last page faults instead of reaching the next mapping. */
-static void segment_set_guard(struct segment *s, bool guard)
+static void segment_set_guard(struct segment *s, bool was, bool guard)
 {
-    if (s->guarded != guard)
+    if (was != guard)
         os_protect((char *)s + SEGMENT_SIZE - OS_PAGE, OS_PAGE, guard);
 }
 
-static void segment_init_header(struct segment *s, struct heap *h, enum segment_kind kind)
+/* `fresh`: s comes straight from mmap, so its header is zero already. It
+ * is only written, never read first: writing zeros would fault in header
+ * pages nothing else needs yet, and a read before the first write costs a
+ * second fault (the zero page, then the copy). */
+static void segment_init_header(struct segment *s, struct heap *h, enum segment_kind kind,
+                                bool fresh)
 {
     bool guard = init_secure();
-    segment_set_guard(s, guard);
-    memset(s, 0, sizeof *s);
+    segment_set_guard(s, fresh ? false : s->guarded, guard);
+    if (!fresh)
+        memset(s, 0, sizeof *s);
     s->guarded = guard;
     s->heap = h;
     s->kind = kind;
@@ -71,11 +77,7 @@ static void segment_init_header(struct segment *s, struct heap *h, enum segment_
         s->page_shift = SEGMENT_SHIFT;
         s->page_count = 1;
         s->free_pages = 1;
-        for (uint32_t i = 1; i < PAGES_PER_SEGMENT; i++)
-            s->pages[i].flags = PAGE_REDIRECT;
     }
-    for (uint16_t i = 0; i < s->page_count; i++)
-        s->pages[i].index = i;
 }
 
 struct segment *segment_alloc(struct heap *h, uint16_t tag, enum segment_kind kind)
@@ -85,14 +87,12 @@ struct segment *segment_alloc(struct heap *h, uint16_t tag, enum segment_kind ki
     if (cache_count)
         s = cache[--cache_count];
     pthread_mutex_unlock(&segment_lock);
-    if (!s) {
+    bool fresh = !s;
+    if (fresh)
         s = os_map_aligned(SEGMENT_SIZE, SEGMENT_SIZE);
-        if (s)
-            s->guarded = 0;
-    }
     if (!s)
         return NULL;
-    segment_init_header(s, h, kind);
+    segment_init_header(s, h, kind, fresh);
 
     pthread_mutex_lock(&segment_lock);
     s->all_next = all_segments;
@@ -147,6 +147,7 @@ struct page *segment_take_page(struct segment *s)
     unsigned i = (unsigned)__builtin_ctzll(s->free_pages);
     s->free_pages &= ~((uint64_t)1 << i);
     s->pages_in_use++;
+    s->pages[i].index = (uint16_t)i;   /* written here, not at mapping (see the header) */
     return &s->pages[i];
 }
 

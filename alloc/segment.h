@@ -25,11 +25,13 @@
 
 enum segment_kind { SEG_SMALL = 1, SEG_MEDIUM = 2 };
 
-/* page->flags: any bit set sends free() of a block in the page to the
- * slow path. */
-#define PAGE_FULL     0x1
-#define PAGE_REDIRECT 0x2   /* slices 1..63 of a medium segment: the real
-                               descriptor is pages[0] */
+/* page->flags: free()'s fast path pushes a block only onto a page whose
+ * flags are exactly PAGE_OPEN, which page_init sets. A descriptor nobody
+ * opened is zero: an unassigned page, and slices 1..63 of a medium segment
+ * (its one descriptor is pages[0]), whose zero-filled descriptors need no
+ * write, and so no page fault, when the segment is mapped. */
+#define PAGE_OPEN     0x1
+#define PAGE_FULL     0x2   /* out of its class's queue until a block comes back */
 
 /* A free block's first word links it to the next free block, XOR-ed with a
  * per-process secret: a linear overflow from the block before it, or a
@@ -107,8 +109,11 @@ struct segment {
     uint64_t free_pages;       /* bitmap of pages not assigned to a class */
     struct segment *next, *prev;            /* the heap's segments */
     struct segment *all_next, *all_prev;    /* every live segment (stats) */
-    struct page pages[PAGES_PER_SEGMENT];
+    /* Shapes first: the fields, the shapes and the first 47 descriptors
+     * share the header's first OS page, so a medium segment (one page) or
+     * a small one using fewer pages faults in one header page, not two. */
     struct page_shape shapes[PAGES_PER_SEGMENT];
+    struct page pages[PAGES_PER_SEGMENT];
 };
 
 _Static_assert(sizeof(struct segment) <= SMALL_HEADER, "segment header too big");
@@ -135,8 +140,8 @@ static inline struct page *segment_page_of(struct segment *s, const void *p)
 }
 
 /* The fast path's lookup: one descriptor per 64 KiB slice, no load of the
- * segment's page size. In a medium segment this lands on a PAGE_REDIRECT
- * descriptor, which sends free() to the slow path and segment_page_of(). */
+ * segment's page size. In a medium segment this lands on a descriptor
+ * nobody opened, which sends free() to the slow path and segment_page_of(). */
 static inline struct page *segment_slice_of(struct segment *s, const void *p)
 {
     return &s->pages[((uintptr_t)p >> PAGE_SHIFT) & (PAGES_PER_SEGMENT - 1)];

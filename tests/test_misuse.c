@@ -5,6 +5,7 @@
 #include "helpers.h"
 #include <criterion/criterion.h>
 #include <malloc.h>
+#include <stdint.h>
 
 static void expect_abort(void (*fn)(void *), const char *text)
 {
@@ -77,6 +78,17 @@ static void free_garbage(void *arg)
     free(p);
 }
 
+/* A pointer into a page of the caller's own segment that no class holds:
+ * its segment map entry is the caller's, so only the page's descriptor can
+ * stop free()'s fast path from pushing it onto a list. */
+static void free_into_unassigned_page(void *arg)
+{
+    (void)arg;
+    uintptr_t b = (uintptr_t)malloc(32);
+    char *volatile p = (char *)((b & ~(uintptr_t)((4u << 20) - 1)) + 60 * (64u << 10));
+    free(p);
+}
+
 Test(misuse, free_of_stack_pointer) { expect_abort(free_stack_pointer, "free(): invalid pointer"); }
 Test(misuse, free_of_static_pointer) { expect_abort(free_static_pointer, "free(): invalid pointer"); }
 Test(misuse, free_of_garbage) { expect_abort(free_garbage, "free(): invalid pointer"); }
@@ -84,6 +96,10 @@ Test(misuse, double_free_of_small_block) { expect_abort(double_free_small, "doub
 Test(misuse, double_free_of_large_block) { expect_abort(double_free_large, "free(): invalid pointer"); }
 Test(misuse, free_inside_large_block) { expect_abort(free_inside_large, "invalid pointer"); }
 Test(misuse, realloc_of_foreign_pointer) { expect_abort(realloc_foreign, "realloc(): invalid pointer"); }
+Test(misuse, free_into_an_unassigned_page_of_a_live_segment)
+{
+    expect_abort(free_into_unassigned_page, "free(): invalid pointer");
+}
 Test(misuse, usable_size_of_foreign_pointer)
 {
     expect_abort(usable_size_foreign, "malloc_usable_size(): invalid pointer");

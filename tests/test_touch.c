@@ -79,3 +79,14 @@ Test(touch, malloc_writes_no_block_it_has_not_handed_out)
     for (int i = 0; i < N; i++)
         free(v[i]);
 }
+
+Test(touch, a_new_medium_segment_faults_one_header_page)
+{
+    /* Seven 500,000 B blocks fill a 4 MiB segment, so 70 calls map ten
+     * segments. The header's fields, shapes and first descriptors share
+     * one OS page, and a fresh mapping's zeros are not written again:
+     * one fault per segment (two when the shapes sat past the descriptors
+     * and every slice's descriptor was written). */
+    long inside = faults_inside_malloc(500000, 70);
+    cr_assert_leq(inside, 13, "70 mallocs of 500,000 B took %ld faults", inside);
+}
