@@ -2,9 +2,9 @@
  * os.c - mmap, munmap, mremap and madvise, behind the contract in os.h.
  *
  * Nothing else in tally includes <sys/mman.h>. Alignment is obtained by
- * trying the plain size first (the kernel often returns a suitably aligned
- * range for large requests) and only then over-mapping and trimming, so the
- * common case costs one syscall.
+ * trying the caller's hint, if any, then the plain size (the kernel often
+ * returns a suitably aligned range for large requests), and only then
+ * over-mapping and trimming, so the common case costs one syscall.
  */
 #define _GNU_SOURCE
 #include "os.h"
@@ -61,15 +61,17 @@ static void *os_mmap_raw(void *hint, size_t size)
     return p == MAP_FAILED ? NULL : p;
 }
 
-void *os_map(size_t size)
+static void *os_map_at(void *hint, size_t size)
 {
     if (os_should_fail())
         return NULL;
-    void *p = os_mmap_raw(NULL, size);
+    void *p = os_mmap_raw(hint, size);
     if (p)
         atomic_fetch_add_explicit(&bytes_mapped, size, memory_order_relaxed);
     return p;
 }
+
+void *os_map(size_t size) { return os_map_at(NULL, size); }
 
 void os_unmap(void *p, size_t size)
 {
@@ -79,10 +81,20 @@ void os_unmap(void *p, size_t size)
     atomic_fetch_sub_explicit(&bytes_mapped, size, memory_order_relaxed);
 }
 
-void *os_map_aligned(size_t size, size_t align)
+void *os_map_aligned(size_t size, size_t align) { return os_map_aligned_at(NULL, size, align); }
+
+/* The kernel takes a hint that is free as it is; anything else (taken, or
+ * unaligned) falls back to the plain try and then to over-mapping. */
+void *os_map_aligned_at(void *hint, size_t size, size_t align)
 {
     if (size + align < size)
         return NULL;
+    if (hint && ((uintptr_t)hint & (align - 1)) == 0) {
+        void *q = os_map_at(hint, size);
+        if (!q || q == hint)
+            return q;
+        os_unmap(q, size);
+    }
     void *p = os_map(size);
     if (!p || ((uintptr_t)p & (align - 1)) == 0)
         return p;

@@ -18,6 +18,17 @@
 #include <sys/auxv.h>
 
 #define SEGMENT_CACHE_MAX 8
+/* New segments are carved from reservations, each mapped with one call:
+ * address space only (MAP_NORESERVE, untouched until used), 4 segments the
+ * first time and twice as many each time after, up to SEGMENT_RESERVE_MAX,
+ * so a growing heap maps ever more rarely. A new medium segment serves 7
+ * blocks of 500 KB; with an mmap of its own each, the calls that opened
+ * one made latency-touch's p99 at that size (about 15 us against
+ * tcmalloc's 6). Each reservation is asked for just below the last (the
+ * kernel hands out addresses downwards), which keeps it aligned without
+ * over-mapping and trimming. */
+#define SEGMENT_RESERVE_FIRST 4
+#define SEGMENT_RESERVE_MAX   64
 
 HIDDEN uint16_t segmap[(size_t)1 << SEGMAP_BITS];
 HIDDEN uintptr_t block_secret;
@@ -37,6 +48,32 @@ static pthread_mutex_t segment_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct segment *all_segments;         /* live, under segment_lock */
 static struct segment *cache[SEGMENT_CACHE_MAX];
 static unsigned cache_count;
+static char *reserve_next;                   /* the reservation's unused rest */
+static unsigned reserve_left;
+static char *reserve_base;                   /* the last reservation's start */
+static unsigned reserve_count = SEGMENT_RESERVE_FIRST;
+
+/* A never-used segment: the next of the reservation, else one of a new
+ * reservation, else (address space short) one mapped alone. Precondition:
+ * segment_lock held. */
+static struct segment *segment_map_fresh(void)
+{
+    if (!reserve_left) {
+        size_t size = (size_t)reserve_count * SEGMENT_SIZE;
+        char *hint = reserve_base && (uintptr_t)reserve_base > size ? reserve_base - size : NULL;
+        char *r = os_map_aligned_at(hint, size, SEGMENT_SIZE);
+        if (!r)
+            return os_map_aligned(SEGMENT_SIZE, SEGMENT_SIZE);
+        reserve_base = reserve_next = r;
+        reserve_left = reserve_count;
+        if (reserve_count < SEGMENT_RESERVE_MAX)
+            reserve_count *= 2;
+    }
+    struct segment *s = (struct segment *)reserve_next;
+    reserve_next += SEGMENT_SIZE;
+    reserve_left--;
+    return s;
+}
 
 void segmap_set_range(const void *p, size_t size, uint16_t first, uint16_t rest)
 {
@@ -83,13 +120,15 @@ static void segment_init_header(struct segment *s, struct heap *h, enum segment_
 struct segment *segment_alloc(struct heap *h, uint16_t tag, enum segment_kind kind)
 {
     struct segment *s = NULL;
+    bool fresh = false;
     pthread_mutex_lock(&segment_lock);
-    if (cache_count)
+    if (cache_count) {
         s = cache[--cache_count];
+    } else {
+        s = segment_map_fresh();
+        fresh = true;
+    }
     pthread_mutex_unlock(&segment_lock);
-    bool fresh = !s;
-    if (fresh)
-        s = os_map_aligned(SEGMENT_SIZE, SEGMENT_SIZE);
     if (!s)
         return NULL;
     segment_init_header(s, h, kind, fresh);
@@ -126,7 +165,7 @@ void segment_free(struct segment *s)
         os_unmap(s, SEGMENT_SIZE);
 }
 
-/* Unmaps every cached segment (malloc_trim). */
+/* Unmaps every cached segment and the reservation's rest (malloc_trim). */
 void segment_cache_release(void)
 {
     struct segment *batch[SEGMENT_CACHE_MAX];
@@ -134,9 +173,14 @@ void segment_cache_release(void)
     unsigned n = cache_count;
     memcpy(batch, cache, n * sizeof batch[0]);
     cache_count = 0;
+    char *rest = reserve_next;
+    size_t rest_size = (size_t)reserve_left * SEGMENT_SIZE;
+    reserve_left = 0;
     pthread_mutex_unlock(&segment_lock);
     for (unsigned i = 0; i < n; i++)
         os_unmap(batch[i], SEGMENT_SIZE);
+    if (rest_size)
+        os_unmap(rest, rest_size);
 }
 
 /* Returns an unassigned page of s, or NULL when all are taken. */

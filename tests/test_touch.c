@@ -6,6 +6,7 @@
 #include "helpers.h"
 #include <criterion/criterion.h>
 #include <stdint.h>
+#include "tally.h"
 
 static long faults_inside_malloc(size_t size, int calls)
 {
@@ -89,4 +90,21 @@ Test(touch, a_new_medium_segment_faults_one_header_page)
      * and every slice's descriptor was written). */
     long inside = faults_inside_malloc(500000, 70);
     cr_assert_leq(inside, 13, "70 mallocs of 500,000 B took %ld faults", inside);
+}
+
+Test(touch, a_growing_heap_maps_its_segments_a_reservation_at_a_time)
+{
+    /* 140 blocks of 500,000 B need 20 new segments. One mmap each made
+     * every 7th call pay for it; reservations that double from 4 segments
+     * take at most 4 calls here. */
+    struct tally_stats before = { .size = sizeof before }, after = { .size = sizeof after };
+    tally_stats_get(&before);
+    for (int i = 0; i < 140; i++) {
+        char *p = malloc(500000);
+        cr_assert_not_null(p);
+        p[0] = p[499999] = (char)i;
+    }
+    tally_stats_get(&after);
+    uint64_t maps = after.mmap_calls - before.mmap_calls;
+    cr_assert_leq(maps, 4, "20 segments took %llu mmap calls", (unsigned long long)maps);
 }
