@@ -15,9 +15,10 @@
  * owner half-empty buffers and kept more blocks in flight (larson peak
  * RSS 20.5 -> 18.9 MiB with the sweep). Drained
  * buffers stay with the draining thread for its own remote frees, up to a
- * few; the rest go back to a global pool, which a lock guards (taken once
- * per several buffers). If no buffer can be had (out of memory), the block
- * goes onto the heap's `remote` chain, one CAS per block.
+ * few; the rest go back to a global pool, a lock-free stack of lists that
+ * a thread out of spares takes whole. If no buffer can be had (out of
+ * memory), the block goes onto the heap's `remote` chain, one CAS per
+ * block.
  */
 #ifndef TALLY_REMOTE_H
 #define TALLY_REMOTE_H
