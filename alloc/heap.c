@@ -42,7 +42,11 @@ void heap_set_current(struct heap *h, unsigned cls, struct page *pg)
         return;
     if (pg != &page_empty)
         h->borrowed[cls] = 0;
-    unsigned lo = cls == 0 ? 0 : (sizeclass_block_size[cls - 1] >> 4) + 1;
+    /* A young heap's upper class of a pair takes its lower class's sizes. */
+    unsigned first = h->coarse && cls > SIZECLASS_COARSE_FIRST && sizeclass_coarse(cls - 1) == cls
+                         ? cls - 1
+                         : cls;
+    unsigned lo = first == 0 ? 0 : (sizeclass_block_size[first - 1] >> 4) + 1;
     unsigned hi = sizeclass_block_size[cls] >> 4;
     for (unsigned i = lo; i <= hi; i++)
         h->direct[i] = pg;
@@ -269,6 +273,31 @@ static void heap_maybe_collect(struct heap *h)
     large_cache_expire(false);
 }
 
+/* Young heaps. A heap's first block of each class takes an OS page of
+ * its own, and each class keeps the most blocks it ever held at once. A
+ * thread that allocates a little and exits (threadchurn: 100 blocks of
+ * 16-1,024 B over 32 classes, thousands of threads through each heap)
+ * leaves a heap holding far more than its blocks. So a heap starts
+ * coarse: the small classes from SIZECLASS_COARSE_FIRST up go in pairs
+ * (sizeclass.h), half as many pages, each pair's count pooled. Once it
+ * has set up HEAP_COARSE_PAGES pages for a class it has volume enough for
+ * the finer classes' 6 % average rounding to matter more (25 % at most
+ * while coarse), and it matures for good: every class its own pages. */
+#define HEAP_COARSE_PAGES 24
+
+void heap_mature(struct heap *h)
+{
+    h->coarse = false;
+    for (unsigned cls = SIZECLASS_COARSE_FIRST; cls < NUM_SMALL_CLASSES; cls++)
+        heap_set_current(h, cls, h->current[cls]);
+}
+
+static void heap_page_set_up(struct heap *h)
+{
+    if (h->coarse && ++h->pages_taken >= HEAP_COARSE_PAGES)
+        heap_mature(h);
+}
+
 /* The class's last retired page, else the newest retired page of its
  * kind, else NULL. A page that changes class keeps what the old class
  * touched until the sweep trims it, so the same class matters: looking
@@ -285,6 +314,7 @@ static struct page *heap_retired_page(struct heap *h, unsigned cls)
     }
     if ((pg = h->retired[kind_of_class(cls)].last)) {
         heap_unretire(h, pg);
+        heap_page_set_up(h);
         page_init(segment_of(pg), pg, cls);
     }
     return pg;
@@ -340,6 +370,7 @@ static struct page *heap_fresh_page(struct heap *h, unsigned cls)
 {
     unsigned k = kind_of_class(cls);
     struct page *pg;
+    heap_page_set_up(h);
     for (struct segment *s = h->segments; k == 0 && s; s = s->next) {
         if (s->kind == SEG_SMALL && (pg = segment_take_page(s))) {
             page_init(s, pg, cls);

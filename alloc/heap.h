@@ -30,6 +30,9 @@ struct heap {
     struct page *current[NUM_CLASSES];
     uint16_t tag;
     uint8_t state;
+    /* Young: the small classes go in pairs (heap.c, heap_mature). */
+    bool coarse;
+    uint16_t pages_taken;                 /* pages set up for a class, while young */
     uint64_t next_collect_ms;
     uint64_t next_small_sweep_ms;
     uint64_t last_sweep_ms;
@@ -69,6 +72,8 @@ extern HIDDEN __thread uint16_t tls_tag TLS_IE;
 
 HIDDEN struct heap *heap_get(void);
 HIDDEN void heap_set_current(struct heap *h, unsigned cls, struct page *pg);
+/* Ends h's young, coarse phase (heap.c): every small class its own pages. */
+HIDDEN void heap_mature(struct heap *h);
 /* exact: the block must be of class cls itself, never a neighbour's lent
  * block (heap.c): an aligned request relies on its class's alignment. */
 HIDDEN void *heap_alloc_slow(struct heap *h, unsigned cls, bool exact);
@@ -105,6 +110,9 @@ static inline bool heap_is_kept(const struct heap *h, const struct page *pg)
  * an idle owner's blocks takes this on most of its frees. */
 static inline void heap_keep(struct heap *h, struct block *b, unsigned cls)
 {
+    /* A kept list serves its own class's sizes only: pairs would hide it. */
+    if (unlikely(h->coarse))
+        heap_mature(h);
     struct page *k = &h->kept[cls];
     if (!k->free && h->current[cls] != k)
         heap_set_current(h, cls, k);
@@ -135,9 +143,12 @@ static inline void *heap_carve_current(struct heap *h, struct page *pg)
     return NULL;
 }
 
-/* Allocates from h's current page for cls, else takes the slow path. */
+/* Allocates from h's current page for cls (its pair's, while h is young
+ * and the request not exact), else takes the slow path. */
 static inline void *heap_alloc(struct heap *h, unsigned cls, bool exact)
 {
+    if (h->coarse && !exact)
+        cls = sizeclass_coarse(cls);
     struct block *b = page_try_pop(h->current[cls]);
     return likely(b != NULL) ? b : heap_alloc_slow(h, cls, exact);
 }

@@ -4,7 +4,8 @@
  * Classes: 16-byte steps up to 128 B (malloc's 16-byte alignment makes
  * anything finer pointless), then eight classes per power of two up to
  * 512 KiB, so a class never exceeds a request by more than 12.5 % (and
- * by about 6 % on average; a borrowed block, below, by up to 37.5 %).
+ * by about 6 % on average; a borrowed block, below, by up to 37.5 %, and
+ * a young heap's paired class by up to 25 %).
  * Classes up to SMALL_MAX live in 64 KiB pages; larger ("medium") ones in
  * a page spanning a whole segment, so every page holds at least 7 blocks. The fast path needs no class lookup at all: each
  * heap's direct[] table maps (size + 15) / 16 straight to the class's page.
@@ -25,7 +26,21 @@
 #define SIZECLASS_BORROW_FIRST 8
 #define SIZECLASS_BORROW_REACH 2
 
+/* A young heap (heap.c) serves the small classes from SIZECLASS_COARSE_FIRST
+ * up in pairs, each pair from the upper class's pages: four classes per
+ * power of two, so a block exceeds its request by at most 25 %. */
+#define SIZECLASS_COARSE_FIRST 8
+
 extern HIDDEN const uint32_t sizeclass_block_size[NUM_CLASSES];
+
+/* cls, or the upper class of its pair when cls is the lower one. */
+static inline unsigned sizeclass_coarse(unsigned cls)
+{
+    return cls >= SIZECLASS_COARSE_FIRST && cls < NUM_SMALL_CLASSES &&
+                   ((cls - SIZECLASS_COARSE_FIRST) & 1) == 0
+               ? cls + 1
+               : cls;
+}
 
 /* floor(off / block size of cls) without a divide: (off * magic) >> 42 is
  * exact for every offset inside a segment (off < 2^22) and block size
