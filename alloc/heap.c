@@ -282,7 +282,9 @@ static void heap_maybe_collect(struct heap *h)
  * (sizeclass.h), half as many pages, each pair's count pooled. Once it
  * has set up HEAP_COARSE_PAGES pages for a class it has volume enough for
  * the finer classes' 6 % average rounding to matter more (25 % at most
- * while coarse), and it matures for good: every class its own pages. */
+ * while coarse), and it matures for good: every class its own pages.
+ * A young heap does not lend (heap_borrow): a pair's block plus a lent
+ * one would exceed a request by up to half. */
 #define HEAP_COARSE_PAGES 24
 
 void heap_mature(struct heap *h)
@@ -348,7 +350,7 @@ static struct page *heap_retired_page(struct heap *h, unsigned cls)
 static struct block *heap_borrow(struct heap *h, unsigned cls)
 {
     if (cls < SIZECLASS_BORROW_FIRST || cls >= NUM_SMALL_CLASSES ||
-        h->borrowed[cls] >= HEAP_BORROW_MAX || hooks_on())
+        h->borrowed[cls] >= HEAP_BORROW_MAX || hooks_on() || h->coarse)
         return NULL;
     for (unsigned c = cls + 1; c < NUM_SMALL_CLASSES && c <= cls + SIZECLASS_BORROW_REACH; c++) {
         int looked = 0;

@@ -228,7 +228,27 @@ Test(purge, a_new_thread_gets_the_retired_page_of_its_own_class)
     free(got);
 }
 
-/* In a thread of its own (a heap with no pages yet): 64 blocks of 192 B,
+/* Gives the calling thread's heap volume enough to be past its young,
+ * coarse phase (heap.c): every class has pages of its own, and lending
+ * applies. The blocks stay allocated (no empty page to take back) until
+ * volume_done. */
+static void **volume(void)
+{
+    void **v = malloc(400 * sizeof *v);
+    for (int i = 0; i < 400; i++)
+        v[i] = malloc(4000);
+    return v;
+}
+
+static void volume_done(void **v)
+{
+    for (int i = 0; i < 400; i++)
+        free(v[i]);
+    free(v);
+}
+
+/* In a thread of its own (a heap with volume, but no page of these
+ * classes yet): 64 blocks of 192 B,
  * every other one freed, then 33 of 150 B, whose class (160 B) has no
  * page of its own. (192 and 160 B are the upper classes of their pairs,
  * so a young heap's coarse classes (heap.c) change nothing here.) */
@@ -241,6 +261,7 @@ struct lending {
 static void *fill_holes_of_a_neighbour(void *arg)
 {
     struct lending *l = arg;
+    void **vol = volume();
     void *v[64];
     for (int i = 0; i < 64; i++) {
         v[i] = malloc(192);
@@ -258,6 +279,7 @@ static void *fill_holes_of_a_neighbour(void *arg)
         free(l->got[i]);
     for (int i = 0; i < 32; i++)
         free(v[2 * i + 1]);
+    volume_done(vol);
     return NULL;
 }
 
@@ -283,6 +305,7 @@ Test(purge, a_class_with_no_room_fills_a_neighbours_holes_before_a_fresh_page)
 static void *pairs_beside_many_holes(void *arg)
 {
     int *own = arg;
+    void **vol = volume();
     void **v = malloc(1000 * sizeof *v);
     for (int i = 0; i < 1000; i++)
         v[i] = malloc(192);
@@ -297,6 +320,7 @@ static void *pairs_beside_many_holes(void *arg)
     for (int i = 0; i < 1000; i += 10)
         free(v[i]);
     free(v);
+    volume_done(vol);
     return NULL;
 }
 
@@ -330,20 +354,42 @@ Test(purge, a_young_heap_serves_a_pair_of_classes_from_one_page)
     cr_assert(y.same_page, "140 B and 150 B came from different pages");
 }
 
+/* A young heap with holes in the 192 B class: 129 B (class 144, paired
+ * with 160) gets a 160 B block, not a lent 192 B one (49 % over). */
+static void *no_lending_while_young(void *arg)
+{
+    size_t *usable = arg;
+    void *v[64];
+    for (int i = 0; i < 64; i++)
+        v[i] = malloc(192);
+    for (int i = 0; i < 64; i += 2)
+        free(v[i]);
+    void *p = malloc(129);
+    *usable = malloc_usable_size(p);
+    free(p);
+    for (int i = 1; i < 64; i += 2)
+        free(v[i]);
+    return NULL;
+}
+
+Test(purge, a_young_heap_neither_lends_nor_exceeds_a_quarter)
+{
+    size_t usable = 0;
+    run_in_thread(no_lending_while_young, &usable);
+    cr_assert_eq(usable, 160, "malloc(129) in a young heap beside 192 B holes: usable %zu",
+                 usable);
+}
+
 /* Once a heap has set up its first 24 pages (400 blocks of 4,000 B take
  * about 28), every class has its own: 140 B gets 144. */
 static void *matured_heap(void *arg)
 {
     struct young *y = arg;
-    void **v = malloc(400 * sizeof *v);
-    for (int i = 0; i < 400; i++)
-        v[i] = malloc(4000);
+    void **vol = volume();
     char *p = malloc(140);
     y->usable_after = malloc_usable_size(p);
     free(p);
-    for (int i = 0; i < 400; i++)
-        free(v[i]);
-    free(v);
+    volume_done(vol);
     return NULL;
 }
 
@@ -360,6 +406,7 @@ Test(purge, a_heap_with_volume_gives_every_class_its_own_pages)
 static void *align_beside_holes(void *arg)
 {
     int *misaligned = arg;
+    void **vol = volume();
     void *v[2][64];
     for (int i = 0; i < 64; i++) {
         v[0][i] = malloc(288);
@@ -380,6 +427,7 @@ static void *align_beside_holes(void *arg)
         free(v[0][i]);
         free(v[1][i]);
     }
+    volume_done(vol);
     return NULL;
 }
 
@@ -430,12 +478,7 @@ Test(purge, a_sweep_hands_its_purges_to_the_kernel_together)
      * purged again with batching take a fraction of the calls. The heap
      * first gets volume enough to give every class its own pages (a young
      * one pairs them, heap.c), so the 36 sizes take 36 pages. */
-    void **warm = malloc(400 * sizeof *warm);
-    for (int i = 0; i < 400; i++)
-        warm[i] = malloc(4000);
-    for (int i = 0; i < 400; i++)
-        free(warm[i]);
-    free(warm);
+    volume_done(volume());
     cr_assert_eq(tally_option_set("purge_batch", "0"), 0);
     uint64_t one_by_one = calls_to_purge_pages(36);
     cr_assert_geq(one_by_one, 12, "36 pages purged in %llu calls",
