@@ -43,9 +43,7 @@ void heap_set_current(struct heap *h, unsigned cls, struct page *pg)
     if (pg != &page_empty)
         h->borrowed[cls] = 0;
     /* A young heap's upper class of a pair takes its lower class's sizes. */
-    unsigned first = h->coarse && cls > SIZECLASS_COARSE_FIRST && sizeclass_coarse(cls - 1) == cls
-                         ? cls - 1
-                         : cls;
+    unsigned first = heap_young(h) && sizeclass_coarse(cls - 1) == cls ? cls - 1 : cls;
     unsigned lo = first == 0 ? 0 : (sizeclass_block_size[first - 1] >> 4) + 1;
     unsigned hi = sizeclass_block_size[cls] >> 4;
     for (unsigned i = lo; i <= hi; i++)
@@ -277,26 +275,26 @@ static void heap_maybe_collect(struct heap *h)
  * its own, and each class keeps the most blocks it ever held at once. A
  * thread that allocates a little and exits (threadchurn: 100 blocks of
  * 16-1,024 B over 32 classes, thousands of threads through each heap)
- * leaves a heap holding far more than its blocks. So a heap starts
- * coarse: the small classes from SIZECLASS_COARSE_FIRST up go in pairs
+ * leaves a heap holding far more than its blocks. So a heap starts young:
+ * the small classes from SIZECLASS_COARSE_FIRST up go in pairs
  * (sizeclass.h), half as many pages, each pair's count pooled. Once it
- * has set up HEAP_COARSE_PAGES pages for a class it has volume enough for
+ * has set up HEAP_YOUNG_PAGES pages for a class it has volume enough for
  * the finer classes' 6 % average rounding to matter more (25 % at most
- * while coarse), and it matures for good: every class its own pages.
- * A young heap does not lend (heap_borrow): a pair's block plus a lent
- * one would exceed a request by up to half. */
-#define HEAP_COARSE_PAGES 24
-
+ * while young), and it matures for good: every class its own pages.
+ * (24 pages: 32 kept larson's heaps young long enough to cost it 0.6 MiB
+ * of peak; 16 matured threadchurn's.) A young heap does not lend
+ * (heap_borrow): a pair's block plus a lent one would exceed a request by
+ * up to half. */
 void heap_mature(struct heap *h)
 {
-    h->coarse = false;
+    h->pages_taken = HEAP_YOUNG_PAGES;
     for (unsigned cls = SIZECLASS_COARSE_FIRST; cls < NUM_SMALL_CLASSES; cls++)
         heap_set_current(h, cls, h->current[cls]);
 }
 
 static void heap_page_set_up(struct heap *h)
 {
-    if (h->coarse && ++h->pages_taken >= HEAP_COARSE_PAGES)
+    if (heap_young(h) && ++h->pages_taken == HEAP_YOUNG_PAGES)
         heap_mature(h);
 }
 
@@ -350,7 +348,7 @@ static struct page *heap_retired_page(struct heap *h, unsigned cls)
 static struct block *heap_borrow(struct heap *h, unsigned cls)
 {
     if (cls < SIZECLASS_BORROW_FIRST || cls >= NUM_SMALL_CLASSES ||
-        h->borrowed[cls] >= HEAP_BORROW_MAX || hooks_on() || h->coarse)
+        h->borrowed[cls] >= HEAP_BORROW_MAX || hooks_on() || heap_young(h))
         return NULL;
     for (unsigned c = cls + 1; c < NUM_SMALL_CLASSES && c <= cls + SIZECLASS_BORROW_REACH; c++) {
         int looked = 0;

@@ -30,8 +30,6 @@ struct heap {
     struct page *current[NUM_CLASSES];
     uint16_t tag;
     uint8_t state;
-    /* Young: the small classes go in pairs (heap.c, heap_mature). */
-    bool coarse;
     uint16_t pages_taken;                 /* pages set up for a class, while young */
     uint64_t next_collect_ms;
     uint64_t next_small_sweep_ms;
@@ -72,7 +70,14 @@ extern HIDDEN __thread uint16_t tls_tag TLS_IE;
 
 HIDDEN struct heap *heap_get(void);
 HIDDEN void heap_set_current(struct heap *h, unsigned cls, struct page *pg);
-/* Ends h's young, coarse phase (heap.c): every small class its own pages. */
+/* A heap is young, its small classes in pairs (heap.c), until it has set
+ * up this many pages for a class or keeps another heap's blocks. */
+#define HEAP_YOUNG_PAGES 24
+static inline bool heap_young(const struct heap *h)
+{
+    return h->pages_taken < HEAP_YOUNG_PAGES;
+}
+/* Ends h's young phase for good: every small class its own pages. */
 HIDDEN void heap_mature(struct heap *h);
 /* exact: the block must be of class cls itself, never a neighbour's lent
  * block (heap.c): an aligned request relies on its class's alignment. */
@@ -111,7 +116,7 @@ static inline bool heap_is_kept(const struct heap *h, const struct page *pg)
 static inline void heap_keep(struct heap *h, struct block *b, unsigned cls)
 {
     /* A kept list serves its own class's sizes only: pairs would hide it. */
-    if (unlikely(h->coarse))
+    if (unlikely(heap_young(h)))
         heap_mature(h);
     struct page *k = &h->kept[cls];
     if (!k->free && h->current[cls] != k)
@@ -147,7 +152,7 @@ static inline void *heap_carve_current(struct heap *h, struct page *pg)
  * and the request not exact), else takes the slow path. */
 static inline void *heap_alloc(struct heap *h, unsigned cls, bool exact)
 {
-    if (h->coarse && !exact)
+    if (heap_young(h) && !exact)
         cls = sizeclass_coarse(cls);
     struct block *b = page_try_pop(h->current[cls]);
     return likely(b != NULL) ? b : heap_alloc_slow(h, cls, exact);

@@ -70,7 +70,6 @@ static struct heap *heap_new(uint8_t state)
     heap_clear_current(h);
     h->tag = (uint16_t)++heap_count;
     h->state = state;
-    h->coarse = true;
     heap_table[h->tag] = h;
     return h;
 }

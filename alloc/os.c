@@ -89,9 +89,9 @@ void *os_map_aligned_at(void *hint, size_t size, size_t align)
 {
     if (size + align < size)
         return NULL;
-    if (hint && ((uintptr_t)hint & (align - 1)) == 0) {
+    if (hint) {
         void *q = os_map_at(hint, size);
-        if (!q || q == hint)
+        if (!q || ((uintptr_t)q & (align - 1)) == 0)
             return q;
         os_unmap(q, size);
     }

@@ -47,8 +47,8 @@ extern HIDDEN bool os_time_calls;
 
 HIDDEN void *os_map(size_t size);
 HIDDEN void *os_map_aligned(size_t size, size_t align);
-/* The same, trying `hint` first (an aligned address the caller expects to
- * be free: one call instead of three when it is). */
+/* The same, trying `hint` first (an address the caller expects to be free
+ * and aligned: one call instead of three when it is). */
 HIDDEN void *os_map_aligned_at(void *hint, size_t size, size_t align);
 HIDDEN void  os_unmap(void *p, size_t size);
 HIDDEN void  os_purge(void *p, size_t size);

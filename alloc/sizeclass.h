@@ -5,10 +5,11 @@
  * anything finer pointless), then eight classes per power of two up to
  * 512 KiB, so a class never exceeds a request by more than 12.5 % (and
  * by about 6 % on average; a borrowed block, below, by up to 37.5 %, and
- * a young heap's paired class by up to 25 %).
- * Classes up to SMALL_MAX live in 64 KiB pages; larger ("medium") ones in
- * a page spanning a whole segment, so every page holds at least 7 blocks. The fast path needs no class lookup at all: each
- * heap's direct[] table maps (size + 15) / 16 straight to the class's page.
+ * a young heap's paired class by up to 25 %). Classes up to SMALL_MAX
+ * live in 64 KiB pages; larger ("medium") ones in a page spanning a whole
+ * segment, so every page holds at least 7 blocks. The fast path needs no
+ * class lookup at all: each heap's direct[] table maps (size + 15) / 16
+ * straight to the class's page.
  */
 #ifndef TALLY_SIZECLASS_H
 #define TALLY_SIZECLASS_H

@@ -247,6 +247,14 @@ static void volume_done(void **v)
     free(v);
 }
 
+/* Runs fn in a thread of its own; returns what fn counted into its int. */
+static int count_in_thread(void *(*fn)(void *))
+{
+    int n = 0;
+    run_in_thread(fn, &n);
+    return n;
+}
+
 /* In a thread of its own (a heap with volume, but no page of these
  * classes yet): 64 blocks of 192 B,
  * every other one freed, then 33 of 150 B, whose class (160 B) has no
@@ -326,8 +334,7 @@ static void *pairs_beside_many_holes(void *arg)
 
 Test(purge, lending_to_a_class_stops_after_a_bounded_run)
 {
-    int own = 0;
-    run_in_thread(pairs_beside_many_holes, &own);
+    int own = count_in_thread(pairs_beside_many_holes);
     cr_assert_geq(own, 50, "only %d of 100 malloc(150) came from a 160-byte page", own);
 }
 
@@ -423,8 +430,7 @@ static void *align_beside_holes(void *arg)
 
 Test(purge, an_aligned_request_is_never_lent_a_neighbours_block)
 {
-    int misaligned = 0;
-    run_in_thread(align_beside_holes, &misaligned);
+    int misaligned = count_in_thread(align_beside_holes);
     cr_assert_eq(misaligned, 0, "%d of 16 blocks not 256-byte aligned", misaligned);
 }
 
