@@ -6,6 +6,8 @@
 #   bench               set-up (bench/setup.sh), then the default suite
 #   bench-full          longer inputs and more repetitions
 #   bench-instructions  callgrind: instructions per malloc+free pair
+#   bench-scaling       the threaded workloads at 1, 2, 4, 8 threads
+#                       (BENCH_ARGS="--threads 1,2,4,8,16" for more)
 #
 # The workload programs link with the system malloc; allocators are
 # swapped at run time with LD_PRELOAD, so the same binaries measure all of
@@ -24,7 +26,7 @@ BENCH_HDRS := bench/bench_util.h
 BENCH_PROGS := $(patsubst bench/%.c,$(BENCH_DIR)/%,$(wildcard bench/w_*.c bench/instr_*.c) bench/measure.c)
 BENCH_ARGS ?=
 
-.PHONY: bench bench-full bench-instructions bench-build bench-setup
+.PHONY: bench bench-full bench-instructions bench-scaling bench-build bench-setup
 
 bench-build: $(BENCH_PROGS)
 
@@ -45,5 +47,8 @@ bench-full: $(LIB_SO) bench-build bench-setup
 
 bench-instructions: $(LIB_SO) bench-build bench-setup
 	$(PYTHON) bench/instructions.py $(BENCH_ARGS)
+
+bench-scaling: $(LIB_SO) bench-build bench-setup
+	$(PYTHON) bench/scaling.py $(BENCH_ARGS)
 
 .DEFAULT_GOAL := $(bench_saved_goal)

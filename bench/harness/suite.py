@@ -11,6 +11,12 @@ replacements) and longer inputs elsewhere.
 larson runs for a fixed time, so its throughput is turned into a time;
 rssfoot's wall time includes a fixed 2 s idle sleep, so its time is the
 churn alone. Those rows are marked with a dagger.
+
+`work_per_thread` says how a threaded workload's work grows with -t: true
+when each thread does a fixed amount (prodcons, cache-*, mstress), so the
+total grows with the thread count; false when the total is fixed (larson's
+time is per 10M replacements, threadchurn runs -n threads in all).
+bench/scaling.py needs it to turn times into throughput.
 """
 
 from dataclasses import dataclass, field
@@ -26,6 +32,7 @@ class Workload:
     models: str
     seed: Optional[str] = None       # seed file it reproduces, if any
     threaded: bool = False           # takes -t THREADS
+    work_per_thread: bool = False    # threaded: each thread does fixed work
     time_metric: Optional[str] = None
     tags: List[str] = field(default_factory=list)
 
@@ -52,20 +59,23 @@ WORKLOADS = [
              ["-d", "20", "-n", "8"],
              "binary trees of small nodes built and torn down"),
     Workload("prodcons", "w_prodcons", ["-n", "2000000"], ["-n", "10000000"],
-             "every block freed by the next thread in a ring", threaded=True),
+             "every block freed by the next thread in a ring", threaded=True,
+             work_per_thread=True),
     Workload("larson", "w_larson", ["-s", "1", "-r", "5"], ["-s", "5", "-r", "10"],
              "threads replace random objects in a shared pool",
              threaded=True, time_metric="bench_time_s"),
     Workload("cache-thrash", "w_falseshare", ["-m", "thrash"],
              ["-m", "thrash", "-r", "400000"],
-             "threads write their own small objects hard", threaded=True),
+             "threads write their own small objects hard", threaded=True,
+             work_per_thread=True),
     Workload("cache-scratch", "w_falseshare", ["-m", "scratch"],
              ["-m", "scratch", "-r", "400000"],
-             "threads reuse objects freed from a shared line", threaded=True),
+             "threads reuse objects freed from a shared line", threaded=True,
+             work_per_thread=True),
     Workload("mstress", "w_mstress", ["-n", "1000000", "-r", "5"],
              ["-n", "2000000", "-r", "10"],
              "mixed sizes up to 1 MiB, random lifetimes, transfers",
-             threaded=True),
+             threaded=True, work_per_thread=True),
     Workload("malloc-large", "w_large", ["-n", "1000"], ["-n", "5000"],
              "blocks of 256 KiB..32 MiB allocated, touched, freed"),
     Workload("frag", "w_frag", ["-n", "1000000", "-r", "3"],
