@@ -126,10 +126,13 @@ static inline void heap_keep(struct heap *h, struct block *b, unsigned cls)
     k->touched++;
 }
 
-/* Whether no other thread's transfer buffers wait in h's stack. */
+/* Whether no other thread's frees wait for h: no transfer buffer in its
+ * stack and no block on its chain (one test for both, they share a line). */
 static inline bool heap_no_remote(struct heap *h)
 {
-    return atomic_load_explicit(&h->remote_bufs, memory_order_relaxed) == NULL;
+    uintptr_t bufs = (uintptr_t)atomic_load_explicit(&h->remote_bufs, memory_order_relaxed);
+    uintptr_t chain = (uintptr_t)atomic_load_explicit(&h->remote, memory_order_relaxed);
+    return (bufs | chain) == 0;
 }
 
 /* The first step of the slow path: a page still being carved carves its

@@ -31,7 +31,7 @@
 struct remote_buf {
     struct remote_buf *next;
     uint32_t count;
-    uint32_t depth;            /* buffers in the stack from this one down
+    uint32_t depth;            /* blocks in the stack from this one down
                                   when it was pushed (atomic access) */
     struct block *blocks[REMOTE_BUF_BLOCKS];
 };
@@ -41,7 +41,7 @@ _Static_assert(sizeof(struct remote_buf) == REMOTE_BUF_BYTES, "one buffer, 512 b
 /* Adoption. An owner that stopped allocating (a main thread waiting in
  * pthread_join after it built the data its workers free) never drains its
  * stack, and what other threads free into it is stranded. When a full
- * buffer would land on a stack already REMOTE_ADOPT_DEPTH buffers deep, the
+ * buffer would land on a stack already holding REMOTE_ADOPT_DEPTH blocks, the
  * freeing thread keeps the blocks instead, on per-class lists shaped like
  * a page (heap->kept[cls], told apart by address) that become the class's
  * current page, so its fast path hands them out before it carves anything.
@@ -54,7 +54,10 @@ _Static_assert(sizeof(struct remote_buf) == REMOTE_BUF_BYTES, "one buffer, 512 b
  * sweeps goes home, and all of them do on malloc_trim and at thread exit.
  * Checking the depth costs one load per full buffer; per free, adoption
  * costs a compare with the heap being adopted from. */
-#define REMOTE_ADOPT_DEPTH 8
+/* Blocks, not buffers: a thread freeing into more heaps than it has slots
+ * for (remote.c) pushes buffers holding a block or two, and counting those
+ * made busy owners look idle (larson, 8 threads on 2 CPUs, 4 slots). */
+#define REMOTE_ADOPT_DEPTH (8 * REMOTE_BUF_BLOCKS)
 #define REMOTE_KEPT_MAX    (256 * 1024)
 
 struct heap;

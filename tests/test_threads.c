@@ -362,3 +362,65 @@ Test(threads, blocks_freed_by_another_thread_are_reused_before_fresh_memory)
         free(second[i]);
     cr_assert_geq(reused, BACK_N * 2 / 3, "%d of %d blocks reused", reused, BACK_N);
 }
+
+/* ---- a thread that frees into many heaps ---------------------------------- */
+
+/* 70 owners, each blocked while main frees their blocks in turn: one block
+ * for each owner, then the next round. More heaps than a thread has
+ * transfer slots, so some owners share a slot and take it from each other
+ * on every free. Each such hand-over used to push a buffer holding one
+ * block (4 slots: 8,680 buffers, 68 mappings of 64 KiB); now slots are
+ * numerous and a buffer leaving with a few blocks goes as a chain. Every
+ * owner must still get its blocks back. */
+enum { MANY_OWNERS = 70, MANY_N = 124, MANY_SIZE = 64 };
+
+struct many {
+    pthread_barrier_t built, freed;
+    void *v[MANY_OWNERS][MANY_N];
+    int reused[MANY_OWNERS];
+};
+
+static struct many many;
+
+static void *many_owner(void *arg)
+{
+    int o = (int)(uintptr_t)arg;
+    for (int i = 0; i < MANY_N; i++)
+        many.v[o][i] = malloc(MANY_SIZE);
+    pthread_barrier_wait(&many.built);
+    pthread_barrier_wait(&many.freed);   /* main freed them meanwhile */
+    void *again[MANY_N];
+    for (int i = 0; i < MANY_N; i++) {
+        again[i] = malloc(MANY_SIZE);
+        for (int j = 0; j < MANY_N; j++)
+            many.reused[o] += again[i] == many.v[o][j];
+    }
+    for (int i = 0; i < MANY_N; i++)
+        free(again[i]);
+    return NULL;
+}
+
+Test(threads, a_thread_freeing_into_many_heaps_batches_and_returns_every_block,
+     .timeout = 60)
+{
+    pthread_t t[MANY_OWNERS];
+    pthread_barrier_init(&many.built, NULL, MANY_OWNERS + 1);
+    pthread_barrier_init(&many.freed, NULL, MANY_OWNERS + 1);
+    for (int o = 0; o < MANY_OWNERS; o++)
+        pthread_create(&t[o], NULL, many_owner, (void *)(uintptr_t)o);
+    pthread_barrier_wait(&many.built);
+    uint64_t maps = stats_now().mmap_calls;
+    for (int i = 0; i < MANY_N; i++)
+        for (int o = 0; o < MANY_OWNERS; o++)
+            free(many.v[o][i]);
+    maps = stats_now().mmap_calls - maps;
+    malloc_trim(0);                      /* main's last partial buffers go home */
+    pthread_barrier_wait(&many.freed);
+    for (int o = 0; o < MANY_OWNERS; o++)
+        pthread_join(t[o], NULL);
+    cr_assert_leq(maps, 4, "%lu mappings (of 64 KiB buffers) for %d frees",
+                  (unsigned long)maps, MANY_OWNERS * MANY_N);
+    for (int o = 0; o < MANY_OWNERS; o++)
+        cr_assert_geq(many.reused[o], MANY_N * 2 / 3, "owner %d reused %d of %d", o,
+                      many.reused[o], MANY_N);
+}
