@@ -33,7 +33,7 @@ HIDDEN const struct option_def options_table[OPT_COUNT] = {
                                "(effective range 8 KiB .. 512 KiB)"),
     [OPT_PURGE_DELAY] = NUM("purge_delay", DEF_PURGE_DELAY, 0, 3600 * 1000, false,
                             "ms an empty small page is kept before its memory goes back to "
-                            "the OS (medium pages: a tenth of it)"),
+                            "the OS (medium pages: a quarter of it)"),
     [OPT_LARGE_CACHE] = NUM("large_cache", DEF_LARGE_CACHE, 0, (uint64_t)1 << 40, false,
                             "bytes of freed large blocks kept mapped for reuse (up to 1 s)"),
     [OPT_PURGE_BATCH] = NUM("purge_batch", DEF_PURGE_BATCH, 0, 1, false,
