@@ -10,10 +10,11 @@ latest.md and latest.svg. See docs/benchmarks.md.
     python3 bench/run.py [--full] [--reps N] [--workloads a,b] [--threads N]
                          [--only tally,system] [--alloc name=/path.so] ...
 
-Layout: harness/allocators.py finds the allocators, harness/suite.py holds
-the workload table, harness/execute.py runs and measures one process,
-harness/summary.py reduces runs to medians, harness/report.py and
-harness/svgchart.py write the results.
+Layout: harness/allocators.py finds the allocators, harness/cli.py holds
+the options every runner takes (bench/scaling.py is the other runner),
+harness/suite.py holds the workload table, harness/execute.py runs and
+measures one process, harness/summary.py reduces runs to medians,
+harness/report.py and harness/svgchart.py write the results.
 """
 
 import argparse
@@ -28,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from harness import allocators, execute, report, suite, svgchart  # noqa: E402
+from harness import allocators, cli, execute, report, suite, svgchart  # noqa: E402
 from harness.summary import make_cell  # noqa: E402
 
 
@@ -41,13 +42,9 @@ def parse_args(argv):
     p.add_argument("--workloads", help="comma list of workloads (default all)")
     p.add_argument("--threads", type=int, default=2,
                    help="threads for threaded workloads (default 2)")
-    p.add_argument("--only", help="comma list of allocators to run")
-    p.add_argument("--alloc", action="append", default=[], metavar="NAME=PATH",
-                   help="add an allocator .so (repeatable); also BENCH_ALLOCATORS")
     p.add_argument("--timeout", type=float, help="seconds per run before it "
                    "is killed and counted as FAIL (default 300, 1800 with --full)")
-    p.add_argument("--bin-dir", default=os.path.join(REPO, "build", "bench"))
-    p.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    cli.add_common(p, REPO, HERE)
     p.add_argument("--list", action="store_true",
                    help="list workloads and allocators, run nothing")
     args = p.parse_args(argv)

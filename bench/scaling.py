@@ -24,17 +24,13 @@ import argparse
 import csv
 import os
 import sys
-import time
 
 sys.dont_write_bytecode = True  # keep bench/ free of __pycache__
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-
-from harness import allocators, execute, suite  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import HERE, REPO, machine_lines, run_all as run_suite  # noqa: E402
+from harness import allocators, cli, suite  # noqa: E402
 from harness.report import fmt, fmt_ratio  # noqa: E402
 from harness.summary import make_cell  # noqa: E402
-from run import machine_lines  # noqa: E402
 
 
 def parse_args(argv):
@@ -44,13 +40,9 @@ def parse_args(argv):
     p.add_argument("--reps", type=int, default=3, help="runs per cell (default 3)")
     p.add_argument("--full", action="store_true", help="the suite's longer inputs")
     p.add_argument("--workloads", help="comma list of threaded workloads (default all)")
-    p.add_argument("--only", help="comma list of allocators to run")
-    p.add_argument("--alloc", action="append", default=[], metavar="NAME=PATH",
-                   help="add an allocator .so (repeatable); also BENCH_ALLOCATORS")
     p.add_argument("--timeout", type=float, default=600,
                    help="seconds per run before it is killed (default 600)")
-    p.add_argument("--bin-dir", default=os.path.join(REPO, "build", "bench"))
-    p.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    cli.add_common(p, REPO, HERE)
     args = p.parse_args(argv)
     try:
         args.threads = [int(t) for t in args.threads.split(",") if t.strip()]
@@ -62,25 +54,16 @@ def parse_args(argv):
 
 
 def run_all(args, works, allocs):
-    """{(workload, threads, allocator): Cell}, allocators alternating."""
-    runs, measure = {}, os.path.join(args.bin_dir, "measure")
-    total = len(works) * len(args.threads) * args.reps * len(allocs)
-    done, t_start = 0, time.monotonic()
-    for w in works:
-        for t in args.threads:
-            argv = suite.command(w, args.bin_dir, args.full, t)
-            for rep in range(1, args.reps + 1):
-                for a in allocs:
-                    run = execute.run_once(measure, argv, a.path, args.timeout, a.options)
-                    runs.setdefault((w.name, t, a.name), []).append(run)
-                    done += 1
-                    status = (f"{run.wall_s:7.3f} s {run.maxrss_kib / 1024:8.1f} MiB"
-                              if run.ok else f"FAIL {run.error}")
-                    print(f"[{done:3d}/{total}] {w.name:<14} t={t:<3d} {a.name:<10} "
-                          f"run {rep}/{args.reps}  {status}", flush=True)
-    print(f"{total} runs in {time.monotonic() - t_start:.0f} s", flush=True)
-    return {k: make_cell(v, next(w.time_metric for w in works if w.name == k[0]))
-            for k, v in runs.items()}
+    """{(workload, threads, allocator): Cell}: bench/run.py's runs (the
+    allocators alternating run by run) once per thread count."""
+    cells = {}
+    for t in args.threads:
+        print(f"== {t} thread{'s' if t > 1 else ''}", flush=True)
+        runs = run_suite(argparse.Namespace(**{**vars(args), "threads": t}), works, allocs)
+        for (w_name, a_name), got in runs.items():
+            metric = next(w.time_metric for w in works if w.name == w_name)
+            cells[(w_name, t, a_name)] = make_cell(got, metric)
+    return cells
 
 
 def throughput(w, t, cell):
