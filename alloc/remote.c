@@ -12,7 +12,8 @@
  * from 1 as threads first need one, and reused): with 4, larson's 8
  * threads and main on 2 CPUs evicted a buffer every block or two, 1.78 s
  * and 134 MiB against 0.60 s and 43 MiB with 64. 1 KiB of TLS. */
-#define SLOTS       64
+#define SLOTS       64    /* a bit each in remote_batch.adopting */
+_Static_assert(SLOTS <= 64, "remote_batch.adopting has a bit per slot");
 #define CHAIN_MAX   8     /* a buffer leaving its slot with fewer blocks goes
                              as a chain (buf_evict) */
 #define SPARE_MAX   16    /* empty buffers a thread keeps for itself */
@@ -26,11 +27,11 @@ static __thread struct remote_batch {
     unsigned spare_count;
     bool registered;            /* exit hook set for this thread */
     bool sending_home;          /* remote_send_home: no adoption */
-    /* The heap whose blocks this thread adopts one by one since it last
-     * adopted a whole buffer of them; cleared at every sweep
-     * (remote_flush), so an owner that starts draining again gets its
-     * blocks back within one interval. */
-    struct heap *adopting;
+    /* The slots whose heaps this thread adopts from one block at a time,
+     * since it adopted a whole buffer of theirs (bit s: the heap to[s]);
+     * cleared at every sweep (remote_flush), so an owner that starts
+     * draining again gets its blocks back within one interval. */
+    uint64_t adopting;
     size_t adopt_budget;        /* bytes it may still keep that way */
 } tls_batch TLS_IE;
 
@@ -170,7 +171,7 @@ static bool buf_adopt(struct remote_batch *rb, struct heap *h, struct remote_buf
         heap_keep(me, buf->blocks[i], cls[i]);
     buf->next = NULL;
     remote_recycle(buf);
-    rb->adopting = h;
+    rb->adopting |= (uint64_t)1 << (h->tag & (SLOTS - 1));
     rb->adopt_budget = REMOTE_KEPT_MAX - kept;
     return true;
 }
@@ -181,11 +182,11 @@ static bool buf_adopt(struct remote_batch *rb, struct heap *h, struct remote_buf
  * here when freed, so this is the path they take for as long as the owner
  * sleeps. False once the budget is spent (the buffer path then looks at
  * the depth and the kept bytes again). */
-static inline bool adopt_one(struct remote_batch *rb, struct block *b,
+static inline bool adopt_one(struct remote_batch *rb, unsigned s, struct block *b,
                              const struct page_shape *sh)
 {
     if (sh->cls >= NUM_SMALL_CLASSES || sh->block_size > rb->adopt_budget) {
-        rb->adopting = NULL;
+        rb->adopting &= ~((uint64_t)1 << s);
         return false;
     }
     rb->adopt_budget -= sh->block_size;
@@ -233,6 +234,8 @@ static NOINLINE void buffer_free_slow(struct remote_batch *rb, struct heap *h, u
 {
     unsigned s = tag & (SLOTS - 1);
     struct remote_buf *buf = rb->buf[s];
+    if (rb->to[s] != h)
+        rb->adopting &= ~((uint64_t)1 << s);    /* that bit was for to[s] */
     if (buf && rb->to[s] != h) {
         buf = buf_evict(rb->to[s], buf);        /* the slot changes hands */
         rb->buf[s] = buf;
@@ -275,7 +278,7 @@ static inline void buffer_free(struct remote_batch *rb, struct heap *h, uint16_t
 static NOINLINE void adopting_free(struct remote_batch *rb, struct heap *h, uint16_t tag,
                                    struct block *b, const struct page_shape *sh)
 {
-    if (!adopt_one(rb, b, sh))
+    if (!adopt_one(rb, tag & (SLOTS - 1), b, sh))
         buffer_free(rb, h, tag, b);
 }
 
@@ -285,7 +288,8 @@ void remote_free(uint16_t tag, struct block *b, const struct page_shape *sh)
 {
     struct remote_batch *rb = &tls_batch;
     struct heap *h = heap_table[tag];
-    if (rb->adopting == h) {
+    unsigned s = tag & (SLOTS - 1);
+    if (((rb->adopting >> s) & 1) && rb->to[s] == h) {
         adopting_free(rb, h, tag, b, sh);
         return;
     }
@@ -308,7 +312,7 @@ void remote_send_home(struct block *list)
 void remote_flush(void)
 {
     struct remote_batch *rb = &tls_batch;
-    rb->adopting = NULL;
+    rb->adopting = 0;
     for (unsigned s = 0; s < SLOTS; s++) {
         if (rb->buf[s]) {
             struct remote_buf *left = buf_evict(rb->to[s], rb->buf[s]);

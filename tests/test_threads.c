@@ -424,3 +424,56 @@ Test(threads, a_thread_freeing_into_many_heaps_batches_and_returns_every_block,
         cr_assert_geq(many.reused[o], MANY_N * 2 / 3, "owner %d reused %d of %d", o,
                       many.reused[o], MANY_N);
 }
+
+/* ---- a thread adopts from several sleeping owners at once ------------------ */
+
+/* Two owners sleep while main frees nine buffers' worth of each one's
+ * blocks: the ninth buffer of each is adopted, A's first. Then main frees
+ * A's last block alone: it is kept at once (A is still being adopted from),
+ * so main's next malloc of that size hands it out. When a thread adopted
+ * from one owner at a time, B's adoption ended A's and that block went
+ * into a transfer buffer. */
+enum { TWO_N = 9 * ONE_PER_BUF + 1 };
+
+struct sleeper {
+    pthread_barrier_t built, done;
+    void *v[TWO_N];
+};
+
+static void *sleep_on_blocks(void *arg)
+{
+    struct sleeper *o = arg;
+    for (int i = 0; i < TWO_N; i++)
+        o->v[i] = malloc(ONE_SIZE);
+    pthread_barrier_wait(&o->built);
+    pthread_barrier_wait(&o->done);     /* asleep while main frees */
+    return NULL;
+}
+
+Test(threads, a_thread_adopts_from_several_sleeping_owners_at_once, .timeout = 30)
+{
+    static struct sleeper a, b;
+    struct sleeper *o[2] = { &a, &b };
+    pthread_t t[2];
+    void *own = malloc(1000);           /* main adopts into a heap of its own */
+    for (int k = 0; k < 2; k++) {
+        pthread_barrier_init(&o[k]->built, NULL, 2);
+        pthread_barrier_init(&o[k]->done, NULL, 2);
+        pthread_create(&t[k], NULL, sleep_on_blocks, o[k]);
+        pthread_barrier_wait(&o[k]->built);
+    }
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < TWO_N - 1; i++)
+            free(o[k]->v[i]);
+    void *last = a.v[TWO_N - 1];
+    free(last);
+    void *got = malloc(ONE_SIZE);
+    for (int k = 0; k < 2; k++) {
+        pthread_barrier_wait(&o[k]->done);
+        pthread_join(t[k], NULL);
+    }
+    cr_assert_eq(got, last, "malloc gave %p, A's block freed last was %p", got, last);
+    free(got);
+    free(b.v[TWO_N - 1]);
+    free(own);
+}
