@@ -250,7 +250,7 @@ Test(threads, exiting_freers_give_their_transfer_buffers_back, .timeout = 120)
     for (int round = 0; round < 2000; round++) {
         for (int i = 0; i < 100; i++)
             v[i] = malloc(64 + (size_t)(round % 4) * 16);
-        struct free_job job = { v, 100 };   /* one full buffer and a part */
+        struct free_job job = { v, 100 };   /* three full buffers and a part */
         pthread_t t;
         pthread_create(&t, NULL, run_free_job, &job);
         pthread_join(t, NULL);
@@ -303,7 +303,7 @@ Test(threads, an_idle_owners_blocks_are_reused_by_the_thread_that_frees_them, .t
 /* Once a thread adopted a buffer of an idle owner's blocks, it keeps the
  * owner's next frees one by one: a single freed block is the next one its
  * malloc hands out, where a transfer buffer would have held it back. */
-enum { ONE_PER_BUF = 62, ONE_SIZE = 64 };
+enum { ONE_PER_BUF = 30, ADOPT_BUFS = 16, ONE_SIZE = 64 };   /* remote.h */
 
 struct one_by_one { void **v; int n; void *last, *got; };
 
@@ -322,9 +322,9 @@ static void *free_then_take(void *arg)
 
 Test(threads, after_adopting_a_buffer_a_thread_keeps_the_next_free_at_once, .timeout = 30)
 {
-    /* Eight full buffers make main's stack deep enough; the ninth is
+    /* Sixteen full buffers make main's stack deep enough; the next is
      * adopted; the last block is freed alone. */
-    static void *v[9 * ONE_PER_BUF + 1];
+    static void *v[(ADOPT_BUFS + 1) * ONE_PER_BUF + 1];
     int n = (int)(sizeof v / sizeof v[0]);
     for (int i = 0; i < n; i++)
         v[i] = malloc(ONE_SIZE);
@@ -427,13 +427,13 @@ Test(threads, a_thread_freeing_into_many_heaps_batches_and_returns_every_block,
 
 /* ---- a thread adopts from several sleeping owners at once ------------------ */
 
-/* Two owners sleep while main frees nine buffers' worth of each one's
- * blocks: the ninth buffer of each is adopted, A's first. Then main frees
+/* Two owners sleep while main frees seventeen buffers' worth of each one's
+ * blocks: the seventeenth buffer of each is adopted, A's first. Then main frees
  * A's last block alone: it is kept at once (A is still being adopted from),
  * so main's next malloc of that size hands it out. When a thread adopted
  * from one owner at a time, B's adoption ended A's and that block went
  * into a transfer buffer. */
-enum { TWO_N = 9 * ONE_PER_BUF + 1 };
+enum { TWO_N = (ADOPT_BUFS + 1) * ONE_PER_BUF + 1 };
 
 struct sleeper {
     pthread_barrier_t built, done;
