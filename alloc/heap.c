@@ -190,7 +190,11 @@ static void heap_drain_remote(struct heap *h)
     if (atomic_load_explicit(&h->remote_bufs, memory_order_relaxed)) {
         struct remote_buf *list = atomic_exchange_explicit(&h->remote_bufs, NULL,
                                                            memory_order_acquire);
+        struct remote_buf *last = NULL;
+        unsigned n = 0;
         for (struct remote_buf *rb = list; rb; rb = rb->next) {
+            last = rb;
+            n++;
             /* Each block's line was last on the freeing thread's core:
              * ask for it (for writing) a few blocks ahead. */
             for (uint32_t i = 0; i < rb->count && i < DRAIN_AHEAD; i++)
@@ -201,7 +205,7 @@ static void heap_drain_remote(struct heap *h)
                 heap_free_returned(h, rb->blocks[i]);
             }
         }
-        remote_recycle(list);
+        remote_recycle(list, last, n);
     }
     if (atomic_load_explicit(&h->remote, memory_order_relaxed) == NULL)
         return;

@@ -95,11 +95,8 @@ static void pool_refill(struct remote_batch *rb)
     pthread_mutex_unlock(&chunk_lock);
 }
 
-static void pool_give(struct remote_buf *list)
+static void pool_give(struct remote_buf *list, struct remote_buf *last)
 {
-    struct remote_buf *last = list;
-    while (last->next)
-        last = last->next;
     struct remote_buf *head = atomic_load_explicit(&pool, memory_order_relaxed);
     do {
         last->next = head;
@@ -170,7 +167,7 @@ static bool buf_adopt(struct remote_batch *rb, struct heap *h, struct remote_buf
     for (uint32_t i = 0; i < buf->count; i++)
         heap_keep(me, buf->blocks[i], cls[i]);
     buf->next = NULL;
-    remote_recycle(buf);
+    remote_recycle(buf, buf, 1);
     rb->adopting |= (uint64_t)1 << (h->tag & (SLOTS - 1));
     rb->adopt_budget = REMOTE_KEPT_MAX - kept;
     return true;
@@ -318,33 +315,34 @@ void remote_flush(void)
             struct remote_buf *left = buf_evict(rb->to[s], rb->buf[s]);
             rb->buf[s] = NULL;
             if (left)
-                remote_recycle(left);
+                remote_recycle(left, left, 1);
         }
     }
 }
 
-void remote_recycle(struct remote_buf *list)
+void remote_recycle(struct remote_buf *first, struct remote_buf *last, unsigned n)
 {
     struct remote_batch *rb = &tls_batch;
-    if (list && rb->spare_count < SPARE_MAX)
+    if (rb->spare_count < SPARE_MAX) {
         batch_register(rb);
-    while (list && rb->spare_count < SPARE_MAX) {
-        struct remote_buf *next = list->next;
-        list->next = rb->spare;
-        rb->spare = list;
-        rb->spare_count++;
-        list = next;
+        last->next = rb->spare;
+        rb->spare = first;
+        rb->spare_count += n;
+    } else {
+        pool_give(first, last);
     }
-    if (list)
-        pool_give(list);
 }
 
 void remote_thread_exit(void)
 {
     struct remote_batch *rb = &tls_batch;
     remote_flush();
-    if (rb->spare)
-        pool_give(rb->spare);
+    if (rb->spare) {
+        struct remote_buf *last = rb->spare;
+        while (last->next)
+            last = last->next;
+        pool_give(rb->spare, last);
+    }
     rb->spare = NULL;
     rb->spare_count = 0;
     /* A free in a later TLS destructor registers again, and glibc runs
