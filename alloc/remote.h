@@ -13,11 +13,12 @@
  * sweep (every purge_delay / 20 ms of allocating), on malloc_trim and when
  * the thread exits: pushing them on every allocation slow path sent the
  * owner half-empty buffers and kept more blocks in flight (larson peak
- * RSS 20.5 -> 18.9 MiB with the sweep). Drained
- * buffers stay with the draining thread for its own remote frees, up to a
- * few; the rest go back to a global pool, a lock-free stack of lists that
- * a thread out of spares takes whole. If no buffer can be had (out of
- * memory), the block goes onto the heap's `remote` chain, one CAS per
+ * RSS 20.5 -> 18.9 MiB with the sweep); one with only a few blocks goes
+ * onto the heap's `remote` chain instead (remote.c, buf_evict). Drained
+ * buffers stay with the draining thread for its own remote frees while it
+ * has few; otherwise they go back to a global pool, a lock-free stack of
+ * lists that a thread out of spares takes whole. If no buffer can be had
+ * (out of memory), the block goes onto the `remote` chain, one CAS per
  * block.
  */
 #ifndef TALLY_REMOTE_H
