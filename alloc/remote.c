@@ -207,9 +207,9 @@ static void chain_push(struct heap *h, struct block *first, struct block *last)
  * CHAIN_MAX blocks. Those go onto the heap's chain instead, linked through
  * the blocks, with one CAS, and the emptied buffer is returned for reuse.
  * A thread that frees into more heaps than it has slots evicts after a
- * block or two, and a buffer per block or two, sitting on owners
- * that were not running, was 60 MiB of buffers for larson at 8 threads on
- * 2 CPUs when there were 4 slots. NULL when the buffer was pushed. */
+ * block or two, and a buffer per block or two, sitting on owners that
+ * were not running, came to tens of MiB of buffers for larson at 8 threads
+ * on 2 CPUs when there were 4 slots. NULL when the buffer was pushed. */
 static struct remote_buf *buf_evict(struct heap *h, struct remote_buf *buf)
 {
     if (buf->count >= CHAIN_MAX) {

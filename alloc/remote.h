@@ -59,13 +59,12 @@ _Static_assert(sizeof(struct remote_buf) == REMOTE_BUF_BYTES, "one buffer, REMOT
  * adopted from since the sweep, not only the last: with many threads
  * waiting for a CPU, many owners sleep at once (larson, 8 threads on 2
  * CPUs, 1,000 slots a thread: peak RSS 20.1 -> 17.5 MiB; with 5,000 slots
- * a tie). At most REMOTE_KEPT_MAX bytes are
- * kept; a list nobody took from between two sweeps goes home, and all of
- * them do on malloc_trim and at thread exit. Checking the depth costs one
- * load per full buffer; per free, adoption costs a bit test and a compare
- * with the slot's heap. The depth counts blocks, not buffers, so that the
- * partial buffers a slot's change of hands pushes (remote.c) count for
- * what they hold. */
+ * a tie). At most REMOTE_KEPT_MAX bytes are kept; a list nobody took from
+ * between two sweeps goes home, and all of them do on malloc_trim and at
+ * thread exit. Checking the depth costs one load per full buffer; per
+ * free, adoption costs a bit test and a compare with the slot's heap. The
+ * depth counts blocks, not buffers, so that the partial buffers a slot's
+ * change of hands pushes (remote.c) count for what they hold. */
 #define REMOTE_ADOPT_DEPTH (16 * REMOTE_BUF_BLOCKS)
 #define REMOTE_KEPT_MAX    (256 * 1024)
 
