@@ -42,8 +42,9 @@ void large_cache_put(void *base, size_t size, const struct large_maps *m)
         os_unmap(base, size);
         return;
     }
-    /* At most every entry; the cap below a segment adds one only when 8
-     * small entries are left, so the total never passes the slot count. */
+    /* At most every entry; the cap below a segment adds one only when
+     * LARGE_CACHE_SMALL_SLOTS small entries are left, so the total never
+     * passes the slot count. */
     struct cache_entry evicted[LARGE_CACHE_SLOTS];
     unsigned n_evicted = 0;
     pthread_mutex_lock(&cache_lock);

@@ -25,10 +25,15 @@
  * time, which the cap below takes back. 32 measured the same as 16. */
 #define LARGE_CACHE_SLOTS     16
 /* Of which at most this many below SEGMENT_SIZE: split tails are whole
- * segments, so this leaves malloc-large as it is and gives mstress (its
- * large blocks are 0.5-1 MiB) back its 8-slot peak, 13.4 MiB against
- * 15.9 with 16, for 7% more time (0.241 against 0.224 s; glibc 0.70). */
-#define LARGE_CACHE_SMALL_SLOTS 8
+ * segments, so this leaves malloc-large as it is and bounds what mstress
+ * (its large blocks are 0.5-1 MiB) keeps. 8 first: 13.4 MiB peak against
+ * 15.9 with 16, for 7% more time. 12 now: with several threads each
+ * holding such blocks, 8 made mstress map and unmap them over and over
+ * (3,761 munmap at 4 threads on 2 CPUs); 12 took it from 0.279 to 0.242 s
+ * at 2 threads, 0.519 to 0.461 at 4 and 1.17 to 0.98 at 8, for 13.1 ->
+ * 15.1, 21.1 -> 22.9 and 36.5 -> 38.4 MiB (glibc about 16, 22 and 34;
+ * 16 slots measured slower than 12 and took more). */
+#define LARGE_CACHE_SMALL_SLOTS 12
 #define LARGE_CACHE_EXPIRE_MS 1000
 
 /* Takes a freed SEGMENT_SIZE-aligned mapping cut as m says: keeps it, or
