@@ -230,19 +230,16 @@ static NOINLINE void buffer_free_slow(struct remote_batch *rb, struct heap *h, u
                                       struct block *b)
 {
     unsigned s = tag & (SLOTS - 1);
-    struct remote_buf *buf = rb->buf[s];
-    if (rb->to[s] != h)
+    if (rb->to[s] != h) {                       /* the slot changes hands */
         rb->adopting &= ~((uint64_t)1 << s);    /* that bit was for to[s] */
-    if (buf && rb->to[s] != h) {
-        buf = buf_evict(rb->to[s], buf);        /* the slot changes hands */
-        rb->buf[s] = buf;
+        if (rb->buf[s])
+            rb->buf[s] = buf_evict(rb->to[s], rb->buf[s]);
         rb->to[s] = h;
     }
+    struct remote_buf *buf = rb->buf[s];
     if (!buf) {
         batch_register(rb);
-        buf = buf_take(rb);
-        rb->buf[s] = buf;
-        rb->to[s] = h;
+        buf = rb->buf[s] = buf_take(rb);
         if (!buf) {             /* out of memory: the block carries the link */
             chain_push(h, b, b);
             return;

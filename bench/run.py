@@ -109,10 +109,7 @@ def main(argv):
         for a in allocs:
             print(f"{a.name:<14} {a.path or '(system malloc)'}")
         return 0
-    missing = sorted({p for p in [w.prog for w in works] + ["measure"]
-                      if not os.path.isfile(os.path.join(args.bin_dir, p))})
-    if missing:
-        sys.exit(f"run.py: not built: {', '.join(missing)} (run make bench-build)")
+    cli.require_built("run.py", args.bin_dir, works)
 
     header = machine_lines(args, allocs)
     print("\n".join(header), flush=True)

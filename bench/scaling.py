@@ -29,7 +29,7 @@ sys.dont_write_bytecode = True  # keep bench/ free of __pycache__
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import HERE, REPO, machine_lines, run_all as run_suite  # noqa: E402
 from harness import allocators, cli, suite  # noqa: E402
-from harness.report import fmt, fmt_ratio  # noqa: E402
+from harness.report import fmt, fmt_ratio, md_table  # noqa: E402
 from harness.summary import make_cell  # noqa: E402
 
 
@@ -79,11 +79,6 @@ def best_peer(cells, w, t, names, pick):
     return min(vals) if vals else None
 
 
-def _table(header, rows):
-    return (["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
-            + ["| " + " | ".join(r) + " |" for r in rows])
-
-
 def _cell_text(c, pick, scale=1.0):
     if c is None:
         return "-"
@@ -105,8 +100,8 @@ def workload_tables(cells, w, threads, names):
                 c, best = cells.get((w.name, t, "tally")), best_peer(cells, w, t, names, pick)
                 row.append(fmt_ratio(pick(c) / best if c and c.ok and best else None))
             rows.append(row)
-        out += _table([f"threads: {title}"] + names + (["tally / best peer"] if has_tally else []),
-                      rows) + [""]
+        extra = ["tally / best peer"] if has_tally else []
+        out += md_table([f"threads: {title}"] + names + extra, rows) + [""]
     rows = []
     for t in threads:
         row = [str(t)]
@@ -115,7 +110,7 @@ def workload_tables(cells, w, threads, names):
             now = throughput(w, t, cells.get((w.name, t, n)))
             row.append(fmt_ratio(now / base if now and base else None))
         rows.append(row)
-    out += _table([f"threads: throughput / at {threads[0]}"] + names, rows) + [""]
+    out += md_table([f"threads: throughput / at {threads[0]}"] + names, rows) + [""]
     return out
 
 
@@ -152,10 +147,7 @@ def main(argv):
         sys.exit(f"scaling.py: {exc}")
     if not works:
         sys.exit("scaling.py: none of those workloads is threaded")
-    missing = sorted({p for p in [w.prog for w in works] + ["measure"]
-                      if not os.path.isfile(os.path.join(args.bin_dir, p))})
-    if missing:
-        sys.exit(f"scaling.py: not built: {', '.join(missing)} (run make bench-build)")
+    cli.require_built("scaling.py", args.bin_dir, works)
 
     # machine_lines reports the thread count of a suite run; say ours instead.
     header = machine_lines(replace_threads(args), allocs)

@@ -1,6 +1,8 @@
-"""Command-line options that every runner (run.py, scaling.py) takes."""
+"""What every runner (run.py, scaling.py) shares: its common options and
+the check that the programs it runs are built."""
 
 import os
+import sys
 
 
 def add_common(parser, repo, here):
@@ -10,3 +12,11 @@ def add_common(parser, repo, here):
                         help="add an allocator .so (repeatable); also BENCH_ALLOCATORS")
     parser.add_argument("--bin-dir", default=os.path.join(repo, "build", "bench"))
     parser.add_argument("--out-dir", default=os.path.join(here, "results"))
+
+
+def require_built(runner, bin_dir, works):
+    """Exits with a message when a workload program or `measure` is missing."""
+    missing = sorted({p for p in [w.prog for w in works] + ["measure"]
+                      if not os.path.isfile(os.path.join(bin_dir, p))})
+    if missing:
+        sys.exit(f"{runner}: not built: {', '.join(missing)} (run make bench-build)")

@@ -95,7 +95,8 @@ def console(cells, works, allocs):
 
 # ---- markdown -----------------------------------------------------------
 
-def _md_table(header, rows):
+def md_table(header, rows):
+    """A markdown table: a header row, right-aligned columns after the first."""
     out = ["| " + " | ".join(header) + " |",
            "|---|" + "---:|" * (len(header) - 1)]
     out += ["| " + " | ".join(r) + " |" for r in rows]
@@ -132,7 +133,7 @@ def _md_quantity(cells, works, names, title, pick):
     rows.append(row)
     return [f"### {title}", "",
             "Median (min-max) of the runs; ratios are allocator / system, "
-            "below 1 is better.", ""] + _md_table(["workload"] + names + ratios, rows)
+            "below 1 is better.", ""] + md_table(["workload"] + names + ratios, rows)
 
 
 def _md_metrics(cells, work, names):
@@ -154,7 +155,7 @@ def _md_metrics(cells, work, names):
                 for n in others]
         rows.append(row)
     hdr = ["metric"] + names + [f"{n}/system" for n in others]
-    return [f"#### {work.name}: {work.models}", ""] + _md_table(hdr, rows) + [""]
+    return [f"#### {work.name}: {work.models}", ""] + md_table(hdr, rows) + [""]
 
 
 def markdown(cells, works, allocs, header_lines):
