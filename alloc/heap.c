@@ -51,16 +51,20 @@ void heap_set_current(struct heap *h, unsigned cls, struct page *pg)
         h->direct[i] = pg;
 }
 
+void heap_page_unfull(struct heap *h, struct page *pg)
+{
+    pg->flags &= (uint16_t)~PAGE_FULL;
+    page_queue_push(&h->queue[pg->cls], pg);
+}
+
 /* Returns a block to its page; a full page goes back on its queue. */
 static void heap_free_block(struct heap *h, struct page *pg, struct block *b)
 {
     block_set_next(b, pg->free);
     pg->free = b;
     pg->used--;
-    if (pg->flags & PAGE_FULL) {
-        pg->flags &= (uint16_t)~PAGE_FULL;
-        page_queue_push(&h->queue[pg->cls], pg);
-    }
+    if (pg->flags & PAGE_FULL)
+        heap_page_unfull(h, pg);
 }
 
 static void heap_retire_page(struct heap *h, struct page *pg, uint64_t now)
@@ -454,13 +458,4 @@ void *heap_alloc_slow(struct heap *h, unsigned cls, bool exact)
     page_queue_push(&h->queue[cls], pg);
     heap_set_current(h, cls, pg);
     return page_pop(pg);
-}
-
-/* free() of a block of the caller's own heap that the fast path refused:
- * its page is full, or the block is the head of its free list. */
-void heap_free_owned_slow(struct heap *h, struct page *pg, struct block *b)
-{
-    if (b == pg->free)
-        diag_fail("free", "double free", b);
-    heap_free_block(h, pg, b);
 }

@@ -84,7 +84,8 @@ HIDDEN void heap_mature(struct heap *h);
 HIDDEN void *heap_alloc_slow(struct heap *h, unsigned cls, bool exact);
 /* Allocates from a lock-protected shared heap (see heap.c). */
 HIDDEN void *heap_alloc_shared(enum shared_heap_id id, unsigned cls, bool exact);
-HIDDEN void heap_free_owned_slow(struct heap *h, struct page *pg, struct block *b);
+/* A full page of h's that got a block back returns to its class's queue. */
+HIDDEN void heap_page_unfull(struct heap *h, struct page *pg);
 HIDDEN bool heap_trim(void);
 
 /* Between heap.c and heap_life.c. */

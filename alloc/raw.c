@@ -78,11 +78,25 @@ static ALWAYS_INLINE const struct page_shape *checked_shape(struct segment *s, c
     return sh;
 }
 
+/* free() of a block of the caller's own heap that the fast path refused
+ * (a medium block, a full page, or the head of its free list), after
+ * checked_shape. Inline: every medium free comes here. */
+static ALWAYS_INLINE void free_owned(struct page *pg, struct block *b)
+{
+    if (unlikely(b == pg->free))
+        diag_fail("free", "double free", b);
+    block_set_next(b, pg->free);
+    pg->free = b;
+    pg->used--;
+    if (unlikely(pg->flags & PAGE_FULL))
+        heap_page_unfull(tls_heap, pg);
+}
+
 void raw_free_own(void *p)
 {
     struct segment *s = segment_of(p);
     checked_shape(s, p, "free");
-    heap_free_owned_slow(tls_heap, segment_page_of(s, p), p);
+    free_owned(segment_page_of(s, p), p);
 }
 
 void raw_free_heap_block(void *p, uint16_t tag, const char *func)
@@ -90,7 +104,7 @@ void raw_free_heap_block(void *p, uint16_t tag, const char *func)
     struct segment *s = segment_of(p);
     const struct page_shape *sh = checked_shape(s, p, func);
     if (tag == tls_tag)
-        heap_free_owned_slow(tls_heap, segment_page_of(s, p), p);
+        free_owned(segment_page_of(s, p), p);
     else
         remote_free(tag, p, sh);
 }

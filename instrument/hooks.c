@@ -25,6 +25,7 @@
 /* 0 until start-up has set up the empty heap that new threads begin on;
  * hooks_update opens it. */
 HIDDEN size_t malloc_fast_limit;
+HIDDEN size_t malloc_medium_limit;
 HIDDEN uint16_t hooks_tag_mask;
 
 static __thread bool tls_in_hook TLS_IE;
@@ -44,6 +45,7 @@ void hooks_update(void)
         report_prepare();
     bool on = debug || timing || user || vg_running() || option(OPT_SECURE);
     __atomic_store_n(&malloc_fast_limit, on ? 0 : (size_t)SMALL_MAX + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&malloc_medium_limit, on ? 0 : init_mmap_threshold() + 1, __ATOMIC_RELAXED);
     __atomic_store_n(&hooks_tag_mask, on ? HOOKS_TAG_BIT : 0, __ATOMIC_RELAXED);
 }
 

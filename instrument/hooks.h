@@ -12,10 +12,13 @@
 #include "../alloc/internal.h"
 
 /* malloc's fast path serves size < malloc_fast_limit: SMALL_MAX + 1, or 0
- * before start-up and while a mode is on. free's fast path ORs
- * hooks_tag_mask into the block's tag: 0, or HOOKS_TAG_BIT while a mode is
- * on. */
+ * before start-up and while a mode is on; its medium lane serves size <
+ * malloc_medium_limit: the mmap threshold + 1, or 0 at the same times (one
+ * compare instead of clamping the option and testing the first limit).
+ * free's fast path ORs hooks_tag_mask into the block's tag: 0, or
+ * HOOKS_TAG_BIT while a mode is on. */
 extern HIDDEN size_t malloc_fast_limit;
+extern HIDDEN size_t malloc_medium_limit;
 extern HIDDEN uint16_t hooks_tag_mask;
 
 static inline bool hooks_on(void)
@@ -30,7 +33,8 @@ HIDDEN void hooks_free(void *p, const void *site);
 HIDDEN void *hooks_realloc(void *p, size_t size, const void *site);
 HIDDEN size_t hooks_usable_size(void *p);
 
-/* Recomputes the two fast-path variables from the options and user hooks. */
+/* Recomputes the fast-path variables from the options and user hooks.
+ * Precondition: start-up has run (init_ensure). */
 HIDDEN void hooks_update(void);
 
 #endif

@@ -28,7 +28,7 @@ extern char **environ;
 #define DEF_ABORT          1
 
 HIDDEN const struct option_def options_table[OPT_COUNT] = {
-    [OPT_MMAP_THRESHOLD] = NUM("mmap_threshold", DEF_MMAP_THRESHOLD, 0, (uint64_t)1 << 40, false,
+    [OPT_MMAP_THRESHOLD] = NUM("mmap_threshold", DEF_MMAP_THRESHOLD, 0, (uint64_t)1 << 40, true,
                                "bytes; larger requests get their own mapping "
                                "(effective range 8 KiB .. 512 KiB)"),
     [OPT_PURGE_DELAY] = NUM("purge_delay", DEF_PURGE_DELAY, 0, 3600 * 1000, false,

@@ -32,7 +32,8 @@ struct option_def {
     const char *name;
     uint64_t def, min, max;
     bool is_string;       /* value kept as text (only `report`) */
-    bool switches_mode;   /* changing it re-evaluates the hooks */
+    bool switches_mode;   /* changing it re-evaluates the hooks and the fast
+                             paths' limits (hooks_update) */
     const char *doc;
 };
 
