@@ -337,6 +337,61 @@ Test(threads, after_adopting_a_buffer_a_thread_keeps_the_next_free_at_once, .tim
     free(job.got);
 }
 
+/* A thread that frees a sleeping owner's blocks keeps at most
+ * REMOTE_KEPT_MAX bytes of them (remote.h); the rest go home, where the
+ * owner's next mallocs find them. main frees 2 MiB of blocks of an owner
+ * that waits meanwhile, and does not allocate, so nothing it kept is
+ * handed out; then the owner allocates as many blocks again. All but what
+ * main kept and its last, partial transfer buffer must be reused. */
+enum { BOUND_N = 8192, BOUND_SIZE = 256, BOUND_KEPT = 256 * 1024 / BOUND_SIZE };
+
+struct bounded {
+    pthread_barrier_t built, freed;
+    void *v[BOUND_N];
+    int reused;
+};
+
+static void *build_then_reuse(void *arg)
+{
+    struct bounded *o = arg;
+    for (int i = 0; i < BOUND_N; i++)
+        o->v[i] = malloc(BOUND_SIZE);
+    pthread_barrier_wait(&o->built);
+    pthread_barrier_wait(&o->freed);    /* asleep while main frees */
+    static void *again[BOUND_N];
+    for (int i = 0; i < BOUND_N; i++)
+        again[i] = malloc(BOUND_SIZE);
+    for (int i = 0; i < BOUND_N; i++)
+        for (int j = 0; j < BOUND_N; j++)
+            if (again[i] == o->v[j]) {
+                o->reused++;
+                break;
+            }
+    for (int i = 0; i < BOUND_N; i++)
+        free(again[i]);
+    return NULL;
+}
+
+Test(threads, a_thread_keeps_a_bounded_amount_of_a_sleeping_owners_blocks, .timeout = 60)
+{
+    static struct bounded o;
+    void *own = malloc(1000);           /* main adopts into a heap of its own */
+    pthread_barrier_init(&o.built, NULL, 2);
+    pthread_barrier_init(&o.freed, NULL, 2);
+    pthread_t t;
+    pthread_create(&t, NULL, build_then_reuse, &o);
+    pthread_barrier_wait(&o.built);
+    for (int i = 0; i < BOUND_N; i++)
+        free(o.v[i]);
+    pthread_barrier_wait(&o.freed);
+    pthread_join(t, NULL);
+    int held = BOUND_N - o.reused;
+    cr_assert_leq(held, BOUND_KEPT + 2 * ONE_PER_BUF,
+                  "%d of %d blocks did not come back (kept at most %d)", held, BOUND_N,
+                  BOUND_KEPT);
+    free(own);
+}
+
 /* Blocks that other threads freed come back before the current page
  * carves fresh memory: after another thread freed the first round, a
  * second round of the same size gets mostly the same blocks. (Carving on
