@@ -31,7 +31,15 @@ HIDDEN uint16_t hooks_tag_mask;
 static __thread bool tls_in_hook TLS_IE;
 static const struct tally_hooks *user_hooks;   /* __atomic_* access only */
 
-void hooks_update(void)
+/* Updates begun so far. Two threads changing options at once (one turns
+ * debug on while another calls mallopt) could otherwise store their
+ * results in the wrong order and leave the fast paths open with debug on:
+ * each caller stored its option before counting itself in, and goes again
+ * if another update began while it ran, so the last stores read every
+ * option stored before them. */
+static unsigned update_count;
+
+static void hooks_apply(void)
 {
     bool debug = option(OPT_DEBUG), timing = option(OPT_TIMING);
     bool user = __atomic_load_n(&user_hooks, __ATOMIC_ACQUIRE) != NULL;
@@ -44,9 +52,21 @@ void hooks_update(void)
     if (debug || timing || option(OPT_STATS))
         report_prepare();
     bool on = debug || timing || user || vg_running() || option(OPT_SECURE);
-    __atomic_store_n(&malloc_fast_limit, on ? 0 : (size_t)SMALL_MAX + 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&malloc_medium_limit, on ? 0 : init_mmap_threshold() + 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&hooks_tag_mask, on ? HOOKS_TAG_BIT : 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&malloc_fast_limit, on ? 0 : (size_t)SMALL_MAX + 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&malloc_medium_limit, on ? 0 : init_mmap_threshold() + 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&hooks_tag_mask, on ? HOOKS_TAG_BIT : 0, __ATOMIC_SEQ_CST);
+}
+
+void hooks_update(void)
+{
+    unsigned mine = __atomic_add_fetch(&update_count, 1, __ATOMIC_SEQ_CST);
+    for (;;) {
+        hooks_apply();
+        unsigned now = __atomic_load_n(&update_count, __ATOMIC_SEQ_CST);
+        if (now == mine)
+            return;
+        mine = now;
+    }
 }
 
 static void *plain_alloc(size_t size, size_t align, enum hook_op op)

@@ -33,8 +33,10 @@ HIDDEN void hooks_free(void *p, const void *site);
 HIDDEN void *hooks_realloc(void *p, size_t size, const void *site);
 HIDDEN size_t hooks_usable_size(void *p);
 
-/* Recomputes the fast-path variables from the options and user hooks.
- * Precondition: start-up has run (init_ensure). */
+/* Recomputes the fast-path variables from the options and user hooks;
+ * callers store what they change first. Concurrent callers end with the
+ * variables of the last options. Precondition: start-up has run
+ * (init_ensure). */
 HIDDEN void hooks_update(void);
 
 #endif

@@ -1,11 +1,14 @@
 /*
  * test_timing.c - timing mode counts exactly the calls made, per operation
- * and size class, and accounts the kernel's memory calls.
+ * and size class, and accounts the kernel's memory calls; switched on, it
+ * stays on while another thread changes an option at the same time.
  */
 #include "helpers.h"
 #include <criterion/criterion.h>
 #include <malloc.h>
 #include "tally.h"
+#include <pthread.h>
+#include <stdatomic.h>
 
 Test(timing, histograms_count_exactly_the_calls_made)
 {
@@ -68,4 +71,45 @@ Test(timing, report_at_exit)
     cr_assert(strstr(out, "tally: timing report (clock overhead "), "%s", out);
     cr_assert(strstr(out, "malloc all sizes: count "), "%s", out);
     cr_assert(strstr(out, "page faults: "), "%s", out);
+}
+
+/* Switching a mode while another thread changes mmap_threshold: both
+ * recompute the fast paths' limits, and whatever the interleaving, the
+ * mode switched on last must be in effect once both threads are done
+ * (an update that read the options before the switch must not store its
+ * stale limits after it). */
+static atomic_int racing;
+
+static void *move_threshold(void *arg)
+{
+    (void)arg;
+    atomic_store(&racing, 2);                   /* running */
+    for (int i = 0; atomic_load(&racing); i++)
+        mallopt(M_MMAP_THRESHOLD, (i & 1) ? 256 * 1024 : 512 * 1024);
+    return NULL;
+}
+
+Test(timing, a_mode_switched_on_stays_on_through_a_concurrent_mallopt, .timeout = 120)
+{
+    for (int round = 0; round < 100; round++) {
+        atomic_store(&racing, 1);
+        pthread_t t;
+        pthread_create(&t, NULL, move_threshold, NULL);
+        while (atomic_load(&racing) != 2)
+            ;
+        for (int i = 0; i < 200; i++) {
+            tally_option_set("timing", "1");
+            tally_option_set("timing", "0");
+        }
+        tally_option_set("timing", "1");
+        atomic_store(&racing, 0);
+        pthread_join(t, NULL);
+        tally_timing_reset();
+        free(malloc(100));
+        struct tally_timing_op m;
+        tally_timing_get_class(TALLY_OP_MALLOC, 100, &m);
+        tally_option_set("timing", "0");
+        cr_assert_eq(m.count, 1, "round %d: timing is on, but malloc went untimed", round);
+    }
+    cr_assert_eq(mallopt(M_MMAP_THRESHOLD, 512 * 1024), 1);
 }
