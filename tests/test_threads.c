@@ -351,13 +351,20 @@ struct bounded {
     int reused;
 };
 
+/* An owner's part: n blocks of `size`, then asleep while main frees them. */
+static void build_and_sleep(void **v, int n, size_t size, pthread_barrier_t *built,
+                            pthread_barrier_t *freed)
+{
+    for (int i = 0; i < n; i++)
+        v[i] = malloc(size);
+    pthread_barrier_wait(built);
+    pthread_barrier_wait(freed);
+}
+
 static void *build_then_reuse(void *arg)
 {
     struct bounded *o = arg;
-    for (int i = 0; i < BOUND_N; i++)
-        o->v[i] = malloc(BOUND_SIZE);
-    pthread_barrier_wait(&o->built);
-    pthread_barrier_wait(&o->freed);    /* asleep while main frees */
+    build_and_sleep(o->v, BOUND_N, BOUND_SIZE, &o->built, &o->freed);
     static void *again[BOUND_N];
     for (int i = 0; i < BOUND_N; i++)
         again[i] = malloc(BOUND_SIZE);
@@ -498,10 +505,7 @@ struct sleeper {
 static void *sleep_on_blocks(void *arg)
 {
     struct sleeper *o = arg;
-    for (int i = 0; i < TWO_N; i++)
-        o->v[i] = malloc(ONE_SIZE);
-    pthread_barrier_wait(&o->built);
-    pthread_barrier_wait(&o->done);     /* asleep while main frees */
+    build_and_sleep(o->v, TWO_N, ONE_SIZE, &o->built, &o->done);
     return NULL;
 }
 
