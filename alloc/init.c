@@ -26,10 +26,12 @@ enum { INIT_NONE, INIT_RUNNING, INIT_DONE };
 static _Atomic int init_state;
 static __thread bool tls_initializing TLS_IE;
 
-/* Every allocator lock is taken around fork(), in one order:
- * the large cache, then the heaps' (shared heaps, pool, segments). */
+/* Every allocator lock is taken around fork(), in one order: the
+ * instrumentation's (debug, timing), the large cache, then the heaps'
+ * (shared heaps, pool, segments). */
 static void init_fork_prepare(void)
 {
+    hooks_fork_prepare();
     large_cache_fork_prepare();
     heap_fork_prepare();
 }
@@ -38,12 +40,14 @@ static void init_fork_parent(void)
 {
     heap_fork_parent();
     large_cache_fork_parent();
+    hooks_fork_parent();
 }
 
 static void init_fork_child(void)
 {
     heap_fork_child();
     large_cache_fork_child();
+    hooks_fork_child();
 }
 
 void init_ensure(void)

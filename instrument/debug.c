@@ -61,21 +61,15 @@ static struct debug_hdr quarantine = { .next = &quarantine, .prev = &quarantine 
 static size_t quarantine_bytes;
 static bool used;
 
-static void debug_fork_prepare(void) { pthread_mutex_lock(&debug_lock); }
-static void debug_fork_parent(void) { pthread_mutex_unlock(&debug_lock); }
-static void debug_fork_child(void)
+void debug_fork_prepare(void) { pthread_mutex_lock(&debug_lock); }
+void debug_fork_parent(void) { pthread_mutex_unlock(&debug_lock); }
+void debug_fork_child(void)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     debug_lock = fresh;
 }
 
-void debug_enable(void)
-{
-    __atomic_store_n(&used, true, __ATOMIC_RELAXED);
-    static bool registered;
-    if (!__atomic_exchange_n(&registered, true, __ATOMIC_ACQ_REL))
-        pthread_atfork(debug_fork_prepare, debug_fork_parent, debug_fork_child);
-}
+void debug_enable(void) { __atomic_store_n(&used, true, __ATOMIC_RELAXED); }
 
 bool debug_was_used(void) { return __atomic_load_n(&used, __ATOMIC_RELAXED); }
 

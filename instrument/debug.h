@@ -11,6 +11,11 @@
 #include "../alloc/internal.h"
 
 HIDDEN void debug_enable(void);
+/* debug_lock around fork() (hooks_fork_*): tally_check takes it whether or
+ * not debug was ever on. */
+HIDDEN void debug_fork_prepare(void);
+HIDDEN void debug_fork_parent(void);
+HIDDEN void debug_fork_child(void);
 HIDDEN bool debug_was_used(void);
 HIDDEN size_t debug_live_blocks(void);
 HIDDEN void *debug_alloc(size_t size, size_t align, bool zero, const void *site);

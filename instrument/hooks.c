@@ -69,6 +69,24 @@ void hooks_update(void)
     }
 }
 
+void hooks_fork_prepare(void)
+{
+    debug_fork_prepare();
+    timing_fork_prepare();
+}
+
+void hooks_fork_parent(void)
+{
+    timing_fork_parent();
+    debug_fork_parent();
+}
+
+void hooks_fork_child(void)
+{
+    timing_fork_child();
+    debug_fork_child();
+}
+
 static void *plain_alloc(size_t size, size_t align, enum hook_op op)
 {
     return op == HOOK_CALLOC ? raw_calloc(size) : raw_alloc(size, align);

@@ -33,6 +33,14 @@ HIDDEN void hooks_free(void *p, const void *site);
 HIDDEN void *hooks_realloc(void *p, size_t size, const void *site);
 HIDDEN size_t hooks_usable_size(void *p);
 
+/* The instrumentation's locks around fork(), from alloc/init.c's
+ * handlers: taken before the allocator's, released after them. A fork
+ * while another thread held one (timing's calibration, tally_check) left
+ * the child to hang on it. */
+HIDDEN void hooks_fork_prepare(void);
+HIDDEN void hooks_fork_parent(void);
+HIDDEN void hooks_fork_child(void);
+
 /* Recomputes the fast-path variables from the options and user hooks;
  * callers store what they change first. Concurrent callers end with the
  * variables of the last options. Precondition: start-up has run

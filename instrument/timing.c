@@ -76,8 +76,14 @@ static void timing_calibrate(void)
     overhead_ticks = median(pairs, 255);
 }
 
+/* Only the first call calibrates; the rest skip the lock, which is held
+ * for the 2 ms of calibration only (and taken around fork()). */
 void timing_enable(void)
 {
+    if (__atomic_load_n(&calibrated, __ATOMIC_ACQUIRE)) {
+        __atomic_store_n(&os_time_calls, true, __ATOMIC_RELAXED);
+        return;
+    }
     pthread_mutex_lock(&calibrate_lock);
     if (!__atomic_load_n(&calibrated, __ATOMIC_RELAXED)) {
         timing_calibrate();
@@ -85,6 +91,14 @@ void timing_enable(void)
     }
     pthread_mutex_unlock(&calibrate_lock);
     __atomic_store_n(&os_time_calls, true, __ATOMIC_RELAXED);
+}
+
+void timing_fork_prepare(void) { pthread_mutex_lock(&calibrate_lock); }
+void timing_fork_parent(void) { pthread_mutex_unlock(&calibrate_lock); }
+void timing_fork_child(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    calibrate_lock = fresh;
 }
 
 static struct timing_thread *timing_thread(void)

@@ -14,6 +14,10 @@
 struct timing_mark { uint64_t t0; long minflt, majflt; };
 
 HIDDEN void timing_enable(void);
+/* The calibration lock around fork() (hooks_fork_*). */
+HIDDEN void timing_fork_prepare(void);
+HIDDEN void timing_fork_parent(void);
+HIDDEN void timing_fork_child(void);
 HIDDEN void timing_begin(struct timing_mark *m);
 /* Records one call of op on a block of `size` bytes. */
 HIDDEN void timing_end(const struct timing_mark *m, enum hook_op op, size_t size);

@@ -9,6 +9,9 @@
 #include "tally.h"
 #include <pthread.h>
 #include <stdatomic.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 Test(timing, histograms_count_exactly_the_calls_made)
 {
@@ -112,4 +115,46 @@ Test(timing, a_mode_switched_on_stays_on_through_a_concurrent_mallopt, .timeout 
         cr_assert_eq(m.count, 1, "round %d: timing is on, but malloc went untimed", round);
     }
     cr_assert_eq(mallopt(M_MMAP_THRESHOLD, 512 * 1024), 1);
+}
+
+/* fork() while another thread calibrates the clock, which it does holding
+ * a lock for 2 ms when timing is first switched on: the child must not
+ * inherit that lock held (it hung on its first option change). Each round
+ * runs in a process of its own, so that every round calibrates anew. */
+static void *switch_timing_on(void *arg)
+{
+    (void)arg;
+    tally_option_set("timing", "1");
+    return NULL;
+}
+
+static int fork_during_calibration(void)
+{
+    pthread_t t;
+    pthread_create(&t, NULL, switch_timing_on, NULL);
+    usleep(500);                        /* inside the 2 ms calibration */
+    pid_t child = fork();
+    if (child == 0) {
+        alarm(5);
+        tally_option_set("timing", "1");
+        free(malloc(100));
+        _exit(0);
+    }
+    int status;
+    waitpid(child, &status, 0);
+    pthread_join(t, NULL);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+Test(timing, a_fork_during_calibration_leaves_the_child_free_to_switch, .timeout = 120)
+{
+    for (int round = 0; round < 10; round++) {
+        pid_t p = fork();
+        if (p == 0)
+            _exit(fork_during_calibration() ? 0 : 1);
+        int status;
+        waitpid(p, &status, 0);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "round %d: the child of a fork during calibration hung", round);
+    }
 }
