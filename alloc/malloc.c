@@ -41,7 +41,9 @@ static void *malloc_fail(void)
 static ALWAYS_INLINE void *alloc_entry(size_t size, size_t align, enum hook_op op,
                                        const void *site)
 {
-    if (unlikely(size > PTRDIFF_MAX))
+    /* An alignment of 2^62 or more can never be met, and past it the
+     * layers' `PTRDIFF_MAX - align` guards would wrap. */
+    if (unlikely(size > PTRDIFF_MAX || align > PTRDIFF_MAX / 2))
         return malloc_fail();
     init_ensure();      /* settles the modes (valgrind) before the first block */
     void *p;

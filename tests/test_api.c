@@ -133,6 +133,18 @@ Test(api, impossible_sizes_are_enomem)
     cr_assert_eq(errno, ENOMEM);
     void *al = NULL;
     cr_assert_eq(posix_memalign(&al, 64, SIZE_MAX - 10), ENOMEM);
+    /* Alignments no mapping can meet: refused before any layer computes
+     * with them (2^63 made `PTRDIFF_MAX - align` wrap) or asks the OS. */
+    struct tally_stats before = { .size = sizeof before }, after = { .size = sizeof after };
+    tally_stats_get(&before);
+    cr_assert_eq(posix_memalign(&al, (size_t)1 << 63, 1), ENOMEM);
+    cr_assert_eq(posix_memalign(&al, (size_t)1 << 62, 1), ENOMEM);
+    errno = 0;
+    cr_assert_null(aligned_alloc((size_t)1 << 63, (size_t)1 << 63));
+    cr_assert_eq(errno, ENOMEM);
+    tally_stats_get(&after);
+    cr_assert_eq(after.mmap_calls, before.mmap_calls, "an impossible alignment went to mmap");
+    cr_assert_null(al);
     /* The heap is still usable and p still valid. */
     memset(p, 1, 10);
     free(p);
