@@ -12,6 +12,7 @@
 #include "../alloc/diag.h"
 
 #include <stdatomic.h>
+#include <sys/auxv.h>
 #include <string.h>
 
 extern char **environ;
@@ -180,7 +181,12 @@ static void options_parse_list(const char *s)
 
 void options_load_env(void)
 {
-    if (!environ || atomic_exchange(&env_loaded, 1))
+    /* A set-user-ID or set-group-ID program (AT_SECURE) ignores the
+     * environment, as glibc does its MALLOC_ variables: an unprivileged
+     * caller could otherwise have it create and append to any file
+     * (`report=`), or switch its checks off (`abort=0`). The API still
+     * sets options from within the program. */
+    if (!environ || getauxval(AT_SECURE) || atomic_exchange(&env_loaded, 1))
         return;
     static const char key[] = "TALLY_OPTIONS=";
     for (char **e = environ; *e; e++) {

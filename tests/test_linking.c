@@ -70,3 +70,35 @@ Test(linking, memcheck_sees_tally_blocks, .timeout = 120)
     cr_assert(strstr(out, "Invalid write of size 1"), "%s", out);
     cr_assert(strstr(out, "hooks_free"), "the free went through tally: %s", out);
 }
+
+/* A set-user-ID program ignores TALLY_OPTIONS, as glibc ignores its
+ * MALLOC_ variables there: otherwise whoever runs it could have it create
+ * and append to any file as its owner (`report=`). Needs root to make the
+ * set-user-ID copy of the statically linked program; skipped otherwise. */
+Test(linking, a_set_user_id_program_ignores_tally_options)
+{
+    if (geteuid() != 0)
+        cr_skip_test("needs root to make a set-user-ID program");
+    char dir[] = "/tmp/tally-suid-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char cmd[1024], out[512], report[512];
+    snprintf(report, sizeof report, "%s/report", dir);
+    snprintf(cmd, sizeof cmd, "chmod 755 %s && cp ./prog_static %s/prog && chmod 4755 %s/prog",
+             dir, dir, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0);
+    /* Control: run by its owner, the options apply and the report is written. */
+    snprintf(cmd, sizeof cmd, "TALLY_OPTIONS=stats=1,report=%s %s/prog", report, dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0);
+    cr_assert_eq(access(report, F_OK), 0, "the owner's run wrote no report");
+    unlink(report);
+    /* Run by another user, it must not write the file. */
+    snprintf(cmd, sizeof cmd, "setpriv --reuid=65534 --regid=65534 --clear-groups "
+             "env TALLY_OPTIONS=stats=1,report=%s %s/prog", report, dir);
+    int rc = run_cmd(cmd, out, sizeof out);
+    bool wrote = access(report, F_OK) == 0;
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    run_cmd(cmd, report, sizeof report);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert_str_eq(out, "tally 0.1.0 allocated=yes\n");
+    cr_assert(!wrote, "an unprivileged caller had the set-user-ID program write a file");
+}
