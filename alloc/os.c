@@ -52,26 +52,26 @@ static bool os_should_fail(void)
 
 void os_fail_after(long n) { atomic_store(&fail_countdown, n < 0 ? 0 : n); }
 
-static void *os_mmap_raw(void *hint, size_t size)
+/* flags: MAP_NORESERVE for address space only, else 0 (see os.h). */
+static void *os_mmap_raw(void *hint, size_t size, int flags)
 {
     uint64_t t0 = os_call_begin();
-    void *p = mmap(hint, size, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = mmap(hint, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
     os_call_end(OS_MMAP, t0);
     return p == MAP_FAILED ? NULL : p;
 }
 
-static void *os_map_at(void *hint, size_t size)
+static void *os_map_at(void *hint, size_t size, int flags)
 {
     if (os_should_fail())
         return NULL;
-    void *p = os_mmap_raw(hint, size);
+    void *p = os_mmap_raw(hint, size, flags);
     if (p)
         atomic_fetch_add_explicit(&bytes_mapped, size, memory_order_relaxed);
     return p;
 }
 
-void *os_map(size_t size) { return os_map_at(NULL, size); }
+void *os_map(size_t size) { return os_map_at(NULL, size, MAP_NORESERVE); }
 
 void os_unmap(void *p, size_t size)
 {
@@ -81,25 +81,23 @@ void os_unmap(void *p, size_t size)
     atomic_fetch_sub_explicit(&bytes_mapped, size, memory_order_relaxed);
 }
 
-void *os_map_aligned(size_t size, size_t align) { return os_map_aligned_at(NULL, size, align); }
-
 /* The kernel takes a hint that is free as it is; anything else (taken, or
  * unaligned) falls back to the plain try and then to over-mapping. */
-void *os_map_aligned_at(void *hint, size_t size, size_t align)
+static void *map_aligned_at(void *hint, size_t size, size_t align, int flags)
 {
     if (size + align < size)
         return NULL;
     if (hint) {
-        void *q = os_map_at(hint, size);
+        void *q = os_map_at(hint, size, flags);
         if (!q || ((uintptr_t)q & (align - 1)) == 0)
             return q;
         os_unmap(q, size);
     }
-    void *p = os_map(size);
+    void *p = os_map_at(NULL, size, flags);
     if (!p || ((uintptr_t)p & (align - 1)) == 0)
         return p;
     os_unmap(p, size);
-    char *raw = os_map(size + align);
+    char *raw = os_map_at(NULL, size + align, flags);
     if (!raw)
         return NULL;
     char *aligned = (char *)align_up((uintptr_t)raw, align);
@@ -109,6 +107,13 @@ void *os_map_aligned_at(void *hint, size_t size, size_t align)
     if (tail)
         os_unmap(aligned + size, tail);
     return aligned;
+}
+
+void *os_map_aligned(size_t size, size_t align) { return map_aligned_at(NULL, size, align, 0); }
+
+void *os_reserve_aligned_at(void *hint, size_t size, size_t align)
+{
+    return map_aligned_at(hint, size, align, MAP_NORESERVE);
 }
 
 void os_mark_defined(void *p, size_t size)

@@ -6,6 +6,13 @@
  *     OS_PAGE, or NULL; it never sets errno visibly to callers' concern.
  *   - os_map_aligned() additionally aligns the start to `align` (a power of
  *     two >= OS_PAGE) and leaves no extra mapping behind.
+ *   - os_map() and os_reserve_aligned_at() map address space only
+ *     (MAP_NORESERVE): tally's own metadata and segments, touched as
+ *     they are used. os_map_aligned() and os_remap_aligned() are for
+ *     blocks handed to the program, and are charged to the commit limit
+ *     as glibc's mappings are: a request the kernel could never back
+ *     (16 TiB on a 24 GiB machine) fails with ENOMEM instead of
+ *     succeeding and getting the process killed when it is touched.
  *   - os_purge() keeps the range mapped but hands its frames back; the range
  *     reads as zero afterwards (MADV_DONTNEED semantics): at once, or
  *     inside a batch (below) once the batch is flushed.
@@ -47,9 +54,9 @@ extern HIDDEN bool os_time_calls;
 
 HIDDEN void *os_map(size_t size);
 HIDDEN void *os_map_aligned(size_t size, size_t align);
-/* The same, trying `hint` first (an address the caller expects to be free
- * and aligned: one call instead of three when it is). */
-HIDDEN void *os_map_aligned_at(void *hint, size_t size, size_t align);
+/* Aligned address space, trying `hint` first (an address the caller
+ * expects to be free and aligned: one call instead of three when it is). */
+HIDDEN void *os_reserve_aligned_at(void *hint, size_t size, size_t align);
 HIDDEN void  os_unmap(void *p, size_t size);
 HIDDEN void  os_purge(void *p, size_t size);
 /* Between open and close, this thread's os_purge() calls are gathered and

@@ -61,10 +61,10 @@ static struct segment *segment_map_fresh(void)
     if (!reserve_left) {
         size_t size = (size_t)reserve_count * SEGMENT_SIZE;
         char *hint = reserve_base && (uintptr_t)reserve_base > size ? reserve_base - size : NULL;
-        char *r = os_map_aligned_at(hint, size, SEGMENT_SIZE);
+        char *r = os_reserve_aligned_at(hint, size, SEGMENT_SIZE);
         if (!r) {
             reserve_count = SEGMENT_RESERVE_FIRST;   /* short of address space: ask less */
-            return os_map_aligned(SEGMENT_SIZE, SEGMENT_SIZE);
+            return os_reserve_aligned_at(NULL, SEGMENT_SIZE, SEGMENT_SIZE);
         }
         reserve_base = reserve_next = r;
         reserve_left = reserve_count;

@@ -153,6 +153,28 @@ Test(api, impossible_sizes_are_enomem)
     free(q);
 }
 
+/* A block the kernel could never back (16 TiB) fails with ENOMEM, as
+ * under glibc, instead of succeeding as address space only and getting
+ * the process killed once it is touched. Not when the kernel is told to
+ * overcommit always (vm.overcommit_memory = 1): then glibc's succeeds too. */
+Test(api, a_request_the_kernel_cannot_back_is_enomem)
+{
+    FILE *f = fopen("/proc/sys/vm/overcommit_memory", "r");
+    int mode = f && fscanf(f, "%d", &mode) == 1 ? mode : -1;
+    if (f)
+        fclose(f);
+    if (mode == 1)
+        cr_skip_test("vm.overcommit_memory is 1");
+    size_t huge = (size_t)1 << 44;
+    errno = 0;
+    cr_assert_null(malloc(huge));
+    cr_assert_eq(errno, ENOMEM);
+    cr_assert_null(calloc(1, huge));
+    void *p = malloc(100);
+    cr_assert_null(realloc(p, huge));
+    free(p);
+}
+
 Test(api, calloc_zeroes_reused_memory)
 {
     static const size_t sizes[] = { 16, 200, 4000, 9000, 100000, 400000, 2 << 20 };
