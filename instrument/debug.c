@@ -251,11 +251,16 @@ void *debug_alloc(size_t size, size_t align, bool zero, const void *site)
 }
 
 /* Takes blocks out of quarantine, oldest first, until it fits its budget
- * (debug_lock held); returns the list of evicted headers. */
-static struct debug_hdr *quarantine_trim(size_t limit)
+ * (debug_lock held); returns the list of evicted headers. Never `keep`,
+ * the block just freed: a block larger than the budget went straight
+ * back, the next request of its size got the same address with a valid
+ * header, and a second free of the old pointer freed the new block
+ * without a report. */
+static struct debug_hdr *quarantine_trim(size_t limit, const struct debug_hdr *keep)
 {
     struct debug_hdr *evicted = NULL;
-    while (quarantine_bytes > limit && quarantine.next != &quarantine) {
+    while (quarantine_bytes > limit && quarantine.next != &quarantine &&
+           quarantine.next != keep) {
         struct debug_hdr *h = quarantine.next;
         list_remove(h);
         quarantine_bytes -= h->size;
@@ -286,7 +291,7 @@ void debug_free(void *p, const void *site)
     pthread_mutex_lock(&debug_lock);
     list_push(&quarantine, h);
     quarantine_bytes += h->size;
-    struct debug_hdr *evicted = quarantine_trim(option(OPT_QUARANTINE));
+    struct debug_hdr *evicted = quarantine_trim(option(OPT_QUARANTINE), h);
     pthread_mutex_unlock(&debug_lock);
     while (evicted) {
         struct debug_hdr *next = evicted->next;
@@ -300,6 +305,10 @@ void debug_free(void *p, const void *site)
 size_t debug_usable_size(void *p)
 {
     struct debug_hdr *h = header_of(p, "malloc_usable_size", NULL);
+    if (h && h->state == BLOCK_FREED) {
+        debug_error("malloc_usable_size", "use after free (size of a freed block)", p, h, NULL);
+        return 0;
+    }
     return h ? h->size : 0;
 }
 

@@ -78,6 +78,29 @@ static void realloc_after_free(void *arg)
     p = realloc(p, 60);
 }
 
+/* A block bigger than the quarantine budget (4 MiB) stays in quarantine
+ * until the next free: evicted at once, its address came back for the
+ * next request of its size, and the second free released that block. */
+static void double_free_of_a_block_past_the_quarantine(void *arg)
+{
+    (void)arg;
+    debug_on();
+    void *volatile p = malloc(5000000);
+    free(p);
+    void *volatile q = malloc(5000000);
+    free(p);
+    free(q);
+}
+
+static void usable_size_after_free(void *arg)
+{
+    (void)arg;
+    debug_on();
+    void *volatile p = malloc(100);
+    free(p);
+    printf("%zu\n", malloc_usable_size(p));
+}
+
 Test(debug, overflow_is_reported_with_address_size_and_site)
 {
     struct child_result r = expect_report(overflow, "free(): heap buffer overflow");
@@ -104,6 +127,16 @@ Test(debug, write_after_free_is_caught_on_reuse)
 {
     struct child_result r = expect_report(use_after_free_write, "use after free");
     cr_assert(strstr(r.err, "offset 50"), "%s", r.err);
+}
+
+Test(debug, double_free_of_a_block_larger_than_the_quarantine)
+{
+    expect_report(double_free_of_a_block_past_the_quarantine, "free(): double free");
+}
+
+Test(debug, usable_size_of_a_freed_block)
+{
+    expect_report(usable_size_after_free, "malloc_usable_size(): use after free");
 }
 
 Test(debug, realloc_of_freed_block) { expect_report(realloc_after_free, "realloc(): use after free"); }
