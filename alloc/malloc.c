@@ -204,7 +204,7 @@ EXPORT void *aligned_alloc(size_t align, size_t size)
 
 static void *memalign_entry(size_t align, size_t size, const void *site)
 {
-    if (align > ((size_t)1 << 62)) {
+    if (align > SIZE_MAX / 2 + 1) {     /* as glibc: no power of two to round up to */
         errno = EINVAL;
         return NULL;
     }
@@ -253,15 +253,19 @@ EXPORT int malloc_trim(size_t pad)
     return heap_trim() ? 1 : 0;
 }
 
-/* M_MMAP_THRESHOLD maps onto tally's option; everything else about glibc's
- * arenas has no meaning here, so it is refused with 0 as glibc refuses an
- * unknown parameter. */
+/* M_MMAP_THRESHOLD maps onto tally's option. The rest of glibc's tuning
+ * (arenas, trimming, fastbins, perturbation) has no meaning here and is
+ * accepted and ignored with 1, as glibc answers them and any unknown
+ * parameter: a program that checks the result must not take tally for a
+ * failure. Like glibc, an M_MXFAST beyond its fastbins' reach is refused. */
 EXPORT int mallopt(int param, int value)
 {
     init_ensure();          /* the option feeds malloc's medium lane (hooks_update) */
-    if (param == M_MMAP_THRESHOLD && value >= 0)
-        return options_set_value(OPT_MMAP_THRESHOLD, (uint64_t)value) == 0;
-    return 0;
+    if (param == M_MMAP_THRESHOLD)
+        return value >= 0 && options_set_value(OPT_MMAP_THRESHOLD, (uint64_t)value) == 0;
+    if (param == M_MXFAST)
+        return value >= 0 && value <= 80 * (int)sizeof(size_t) / 4;
+    return 1;
 }
 
 EXPORT struct mallinfo2 mallinfo2(void)

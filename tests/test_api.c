@@ -142,6 +142,9 @@ Test(api, impossible_sizes_are_enomem)
     errno = 0;
     cr_assert_null(aligned_alloc((size_t)1 << 63, (size_t)1 << 63));
     cr_assert_eq(errno, ENOMEM);
+    errno = 0;
+    cr_assert_null(memalign((size_t)1 << 63, 1));
+    cr_assert_eq(errno, ENOMEM, "glibc's answer for the largest power of two");
     tally_stats_get(&after);
     cr_assert_eq(after.mmap_calls, before.mmap_calls, "an impossible alignment went to mmap");
     cr_assert_null(al);
@@ -252,7 +255,11 @@ Test(api, mallopt_mmap_threshold_and_others)
     tally_stats_get(&after);
     cr_assert_eq(after.large_count, before.large_count);
     free(p);
-    cr_assert_eq(mallopt(M_ARENA_MAX, 4), 0, "unsupported parameters are refused");
+    /* glibc's other parameters mean nothing here: accepted, as glibc does. */
+    cr_assert_eq(mallopt(M_ARENA_MAX, 4), 1);
+    cr_assert_eq(mallopt(M_TRIM_THRESHOLD, 1 << 20), 1);
+    cr_assert_eq(mallopt(M_MXFAST, 1 << 20), 0, "beyond glibc's fastbins: refused, as glibc does");
+    cr_assert_eq(mallopt(M_MMAP_THRESHOLD, -1), 0);
 }
 
 Test(api, mallinfo2_counts_allocations)
