@@ -421,9 +421,12 @@ static void op_aligned(struct reader *r, unsigned i)
     if (!absurd && !live_room(size + (kind >= 3 ? 4096 : 0)))
         return;
     /* A valid alignment no mapping can honour fails like an absurd size
-     * (memalign refuses those above 2^62 with EINVAL, checked below). */
-    if (kind <= 1 || (kind == 2 && align <= ((size_t)1 << 62)))
+     * (memalign rounds an odd one up to a power of two first, and refuses
+     * those above 2^63 with EINVAL, checked below, as glibc does). */
+    if (kind <= 1)
         absurd |= is_pow2(align) && align >= ((size_t)1 << 48);
+    else if (kind == 2 && align <= ((size_t)1 << 63))
+        absurd |= align > ((size_t)1 << 47);
     slot_free(i, 0);
     void *p = (void *)1;
     size_t want_align = align;
@@ -456,7 +459,7 @@ static void op_aligned(struct reader *r, unsigned i)
         break;
     case 2:
         p = call_memalign(align, size);
-        if (align > ((size_t)1 << 62)) {
+        if (align > ((size_t)1 << 63)) {
             if (p || errno != EINVAL)
                 fail("memalign(align %zu) gave %p errno %d, expected EINVAL", align, p, errno);
             return;
