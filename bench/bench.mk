@@ -39,16 +39,17 @@ $(BENCH_DIR):
 bench-setup:
 	sh bench/setup.sh
 
+# --tally: the library just built, wherever BUILD put it.
 bench: $(LIB_SO) bench-build bench-setup
-	$(PYTHON) bench/run.py $(BENCH_ARGS)
+	$(PYTHON) bench/run.py --tally $(LIB_SO) $(BENCH_ARGS)
 
 bench-full: $(LIB_SO) bench-build bench-setup
-	$(PYTHON) bench/run.py --full $(BENCH_ARGS)
+	$(PYTHON) bench/run.py --full --tally $(LIB_SO) $(BENCH_ARGS)
 
 bench-instructions: $(LIB_SO) bench-build bench-setup
-	$(PYTHON) bench/instructions.py $(BENCH_ARGS)
+	$(PYTHON) bench/instructions.py --tally $(LIB_SO) $(BENCH_ARGS)
 
 bench-scaling: $(LIB_SO) bench-build bench-setup
-	$(PYTHON) bench/scaling.py $(BENCH_ARGS)
+	$(PYTHON) bench/scaling.py --tally $(LIB_SO) $(BENCH_ARGS)
 
 .DEFAULT_GOAL := $(bench_saved_goal)

@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from harness import allocators  # noqa: E402
+from harness import allocators, cli  # noqa: E402
 
 SIZES = [16, 256, 4000]
 COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
@@ -53,6 +53,7 @@ def main(argv):
     p.add_argument("--pairs", type=int, default=100000)
     p.add_argument("--only", help="comma list of allocators")
     p.add_argument("--alloc", action="append", default=[], metavar="NAME=PATH")
+    cli.add_tally(p, REPO)
     args, ignored = p.parse_known_args(argv)
     if ignored:
         print(f"instructions.py: ignoring {' '.join(ignored)}")
@@ -64,7 +65,7 @@ def main(argv):
     if not os.path.isfile(prog):
         sys.exit("instructions.py: build/bench/instr_pairs missing (make bench-build)")
     try:
-        allocs = allocators.discover(REPO, args.alloc, args.only)
+        allocs = allocators.discover(args.tally, args.alloc, args.only)
     except ValueError as exc:
         sys.exit(f"instructions.py: {exc}")
 

@@ -100,7 +100,7 @@ def main(argv):
     args = parse_args(argv)
     try:
         works = suite.select(args.workloads)
-        allocs = allocators.discover(REPO, args.alloc, args.only)
+        allocs = allocators.discover(args.tally, args.alloc, args.only)
     except ValueError as exc:
         sys.exit(f"run.py: {exc}")
     if args.list:

@@ -142,7 +142,7 @@ def main(argv):
     args = parse_args(argv)
     try:
         works = [w for w in suite.select(args.workloads) if w.threaded]
-        allocs = allocators.discover(REPO, args.alloc, args.only)
+        allocs = allocators.discover(args.tally, args.alloc, args.only)
     except ValueError as exc:
         sys.exit(f"scaling.py: {exc}")
     if not works:

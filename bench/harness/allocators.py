@@ -44,12 +44,12 @@ def parse_spec(spec):
     return Allocator(name, os.path.abspath(path), options.replace(";", ",") or None)
 
 
-def discover(repo, extra_specs, only):
-    """All allocators of this run, in table order: tally, system, peers."""
+def discover(tally, extra_specs, only):
+    """All allocators of this run, in table order: tally (the library at
+    path `tally`, when it exists), system, peers."""
     found = []
-    tally = os.path.join(repo, "build", "libtally.so")
     if os.path.isfile(tally):
-        found.append(Allocator("tally", tally))
+        found.append(Allocator("tally", os.path.abspath(tally)))
     found.append(Allocator("system", None))
     for name, candidates in PEERS.items():
         for c in candidates:

@@ -5,8 +5,15 @@ import os
 import sys
 
 
+def add_tally(parser, repo):
+    """--tally: the library measured as "tally" (make passes the one it built)."""
+    parser.add_argument("--tally", default=os.path.join(repo, "build", "libtally.so"),
+                        metavar="PATH", help="tally's .so (default build/libtally.so)")
+
+
 def add_common(parser, repo, here):
-    """--only, --alloc, --bin-dir and --out-dir."""
+    """--only, --alloc, --tally, --bin-dir and --out-dir."""
+    add_tally(parser, repo)
     parser.add_argument("--only", help="comma list of allocators to run")
     parser.add_argument("--alloc", action="append", default=[], metavar="NAME=PATH",
                         help="add an allocator .so (repeatable); also BENCH_ALLOCATORS")
