@@ -41,6 +41,26 @@ while [ $# -gt 0 ]; do
 done
 [ $# -ge 1 ] || usage
 [ -n "$mode" ] || add stats=1
+
+# Where the loader would drop the preload and run PROG on the system malloc
+# with no report, say so instead of letting a clean run look like one.
+case $lib in
+    *[[:space:]:]*)
+        echo "tally: cannot preload $lib: LD_PRELOAD splits paths at spaces and colons" \
+             "(move the library, or link to it from a plain path)" >&2
+        exit 1 ;;
+esac
+prog=$(command -v -- "$1" 2>/dev/null || true)
+if [ -f "$prog" ]; then
+    if [ -u "$prog" ] || [ -g "$prog" ]; then
+        echo "tally: warning: $1 is set-user-ID or set-group-ID: the loader ignores" \
+             "LD_PRELOAD for it, so it runs without tally" >&2
+    elif [ "$(head -c 4 "$prog" | tr -d '\177')" = ELF ] &&
+         ! head -c 4096 "$prog" | LC_ALL=C grep -qa '/ld-'; then
+        echo "tally: warning: $1 is statically linked: LD_PRELOAD cannot reach it" \
+             "(link it with libtally.a instead)" >&2
+    fi
+fi
 [ -n "${TALLY_OPTIONS:-}" ] && opts="$TALLY_OPTIONS,$opts"
 
 TALLY_OPTIONS=$opts LD_PRELOAD="$lib${LD_PRELOAD:+:$LD_PRELOAD}" exec "$@"

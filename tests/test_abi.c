@@ -52,4 +52,10 @@ Test(abi, runner_preloads_and_reports)
     cr_assert_eq(run_cmd("../tally run --timing --report=timing.txt -- ./prog_plain && "
                          "cat timing.txt && rm timing.txt", out, sizeof out), 0);
     cr_assert(strstr(out, "tally: timing report"), "%s", out);
+    /* A library path the loader would split: refused, where the program
+     * used to run on the system malloc, silently. */
+    cr_assert_eq(run_cmd("d=$(mktemp -d '/tmp/tally run XXXXXX') && cp ../tally ../libtally.so \"$d/\" "
+                         "&& \"$d/tally\" run -- ./prog_plain 2>&1; rc=$?; rm -rf \"$d\"; exit $rc",
+                         out, sizeof out), 1);
+    cr_assert(strstr(out, "tally: cannot preload"), "%s", out);
 }
