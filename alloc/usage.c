@@ -26,7 +26,9 @@ static void usage_add_segment(struct segment *s, void *arg)
         if (!sh->in_use)
             continue;
         u->allocated_bytes += (uint64_t)used * sh->block_size;
-        u->free_blocks += pg->reserved - used;
+        uint16_t reserved = __atomic_load_n(&pg->reserved, __ATOMIC_RELAXED);
+        if (reserved > used)    /* read apart: the page may change between */
+            u->free_blocks += reserved - used;
         u->page_bytes += page_area_size(s, pg);
         u->class_blocks[pg->cls] += used;
         u->class_pages[pg->cls]++;

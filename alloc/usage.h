@@ -2,7 +2,11 @@
  * usage.h - a snapshot of what the allocator holds, derived from page,
  * segment and mapping state when asked (nothing is counted on the fast
  * path). Reads of other threads' pages are racy by design: the numbers are
- * a consistent-enough picture, exact when the process is quiet.
+ * a consistent-enough picture. A block another thread freed counts as
+ * allocated until its owner takes it back (transfer buffers, the owner's
+ * stacks, another thread's kept lists: remote.h), which an owner that does
+ * not allocate, or sleeps, may not do for a long while; malloc_trim()
+ * takes back what the calling thread gathered and what parked heaps hold.
  */
 #ifndef TALLY_USAGE_H
 #define TALLY_USAGE_H
