@@ -21,6 +21,8 @@
 #include "remote.h"
 #include "../instrument/hooks.h"
 
+#include <sched.h>
+
 HIDDEN struct page page_empty;
 /* Filled in by heap_empty_init, not statically: 617 pointers in .data
  * would cost as many load-time relocations (16 KiB of .rela.dyn, mapped
@@ -51,10 +53,39 @@ void heap_set_current(struct heap *h, unsigned cls, struct page *pg)
         h->direct[i] = pg;
 }
 
-void heap_page_unfull(struct heap *h, struct page *pg)
+/* ---- the trim lock --------------------------------------------------- */
+
+/* A heap's queues, retired lists and segments are its thread's, changed
+ * only in its slow paths. Another thread's malloc_trim may still give back
+ * the empty pages of a heap whose thread stopped allocating (a thread
+ * pool's idle worker kept its peak for as long as it lived): both hold the
+ * heap's trim lock for that. The owner takes it around each slow path and
+ * waits the rare times a trim holds it; the trimmer only tries it. The
+ * trimmer touches no current page and no page with a block in use: the
+ * fast paths pop only from current pages, and push only onto the page of
+ * a block in use. */
+static void heap_lock_own(struct heap *h)
+{
+    while (__atomic_exchange_n(&h->trim_lock, 1, __ATOMIC_ACQUIRE))
+        sched_yield();
+}
+
+static void heap_unlock_own(struct heap *h)
+{
+    __atomic_store_n(&h->trim_lock, 0, __ATOMIC_RELEASE);
+}
+
+static void page_unfull(struct heap *h, struct page *pg)
 {
     pg->flags &= (uint16_t)~PAGE_FULL;
     page_queue_push(&h->queue[pg->cls], pg);
+}
+
+void heap_page_unfull(struct heap *h, struct page *pg)
+{
+    heap_lock_own(h);
+    page_unfull(h, pg);
+    heap_unlock_own(h);
 }
 
 /* Returns a block to its page; a full page goes back on its queue. */
@@ -64,7 +95,7 @@ static void heap_free_block(struct heap *h, struct page *pg, struct block *b)
     pg->free = b;
     pg->used--;
     if (pg->flags & PAGE_FULL)
-        heap_page_unfull(h, pg);
+        page_unfull(h, pg);
 }
 
 static void heap_retire_page(struct heap *h, struct page *pg, uint64_t now)
@@ -154,7 +185,7 @@ static void heap_collect(struct heap *h, uint64_t now, uint64_t delay)
      * date it from there, so a heap that sat idle for longer than the
      * delay gives its empty pages back at its first sweep. */
     uint64_t since = h->last_sweep_ms ? h->last_sweep_ms : now;
-    h->last_sweep_ms = now;
+    __atomic_store_n(&h->last_sweep_ms, now, __ATOMIC_RELAXED);   /* read by heap_life.c */
     if (small_due)
         h->next_small_sweep_ms = now + delay / 2;
     for (unsigned cls = small_due ? 0 : NUM_SMALL_CLASSES; cls < NUM_CLASSES; cls++) {
@@ -263,8 +294,10 @@ static void heap_send_home(struct heap *h, bool idle_only)
 
 void heap_tidy_own(struct heap *h, uint64_t now, uint64_t delay)
 {
+    heap_lock_own(h);
     heap_send_home(h, false);
     heap_tidy(h, now, delay);
+    heap_unlock_own(h);
 }
 
 /* The periodic sweep, run from the allocation slow path. */
@@ -403,7 +436,7 @@ static struct page *heap_fresh_page(struct heap *h, unsigned cls)
     return pg;
 }
 
-void *heap_alloc_slow(struct heap *h, unsigned cls, bool exact)
+static void *alloc_slow_locked(struct heap *h, unsigned cls, bool exact)
 {
     struct page *pg = h->current[cls];
     /* Still carving the current page (a run the fast path could not take,
@@ -458,4 +491,53 @@ void *heap_alloc_slow(struct heap *h, unsigned cls, bool exact)
     page_queue_push(&h->queue[cls], pg);
     heap_set_current(h, cls, pg);
     return page_pop(pg);
+}
+
+void *heap_alloc_slow(struct heap *h, unsigned cls, bool exact)
+{
+    heap_lock_own(h);
+    void *p = alloc_slow_locked(h, cls, exact);
+    heap_unlock_own(h);
+    return p;
+}
+
+/* The one look heap_trim_other takes at what h's thread changes without
+ * the lock: whether pg is its class's current page (heap_keep switches to
+ * a kept list), and its count of blocks in use (the fast paths). A page
+ * neither current nor in use cannot become either until the owner's slow
+ * path, which waits for the lock. Out of line: the TSan run suppresses
+ * exactly these reads by this name (tests/sanitize/tsan.supp). */
+static NOINLINE bool trim_may_take(const struct heap *h, unsigned cls, const struct page *pg)
+{
+    return __atomic_load_n(&h->current[cls], __ATOMIC_RELAXED) != pg &&
+           __atomic_load_n(&pg->used, __ATOMIC_RELAXED) == 0;
+}
+
+bool heap_trim_other(struct heap *h)
+{
+    if (__atomic_exchange_n(&h->trim_lock, 1, __ATOMIC_ACQUIRE))
+        return false;
+    struct os_purge_batch batch;
+    if (init_purge_batch())
+        os_purge_batch_open(&batch);
+    for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
+        struct page *pg = h->queue[cls].first, *next;
+        for (; pg; pg = next) {
+            next = pg->next;
+            if (trim_may_take(h, cls, pg)) {
+                page_queue_remove(&h->queue[cls], pg);
+                heap_purge_page(h, pg);
+            }
+        }
+    }
+    for (unsigned k = 0; k < 2; k++) {
+        struct page *pg;
+        while ((pg = h->retired[k].first)) {
+            heap_unretire(h, pg);
+            heap_purge_page(h, pg);
+        }
+    }
+    os_purge_batch_close(&batch);
+    heap_unlock_own(h);
+    return true;
 }

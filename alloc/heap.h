@@ -30,10 +30,14 @@ struct heap {
     struct page *current[NUM_CLASSES];
     uint16_t tag;
     uint8_t state;
+    /* Held by the owner around its slow paths, and by another thread's
+     * malloc_trim while it gives back this heap's empty pages (heap.c,
+     * heap_trim_other). */
+    uint8_t trim_lock;
     uint16_t pages_taken;                 /* pages set up for a class, while young */
     uint64_t next_collect_ms;
     uint64_t next_small_sweep_ms;
-    uint64_t last_sweep_ms;
+    uint64_t last_sweep_ms;               /* atomic: other threads read it */
     uint64_t trim_epoch;
     struct page_queue queue[NUM_CLASSES]; /* pages with room, per class */
     struct page_queue retired[2];         /* empty pages, oldest first */
@@ -84,8 +88,13 @@ HIDDEN void heap_mature(struct heap *h);
 HIDDEN void *heap_alloc_slow(struct heap *h, unsigned cls, bool exact);
 /* Allocates from a lock-protected shared heap (see heap.c). */
 HIDDEN void *heap_alloc_shared(enum shared_heap_id id, unsigned cls, bool exact);
-/* A full page of h's that got a block back returns to its class's queue. */
+/* A full page of h's that got a block back returns to its class's queue.
+ * Caller: h's own thread, outside its slow path. */
 HIDDEN void heap_page_unfull(struct heap *h, struct page *pg);
+/* Gives back the empty pages of h, another thread's heap, unless h's
+ * thread is in its slow path (then false). Precondition: heap_lock held,
+ * h active. */
+HIDDEN bool heap_trim_other(struct heap *h);
 HIDDEN bool heap_trim(void);
 
 /* Between heap.c and heap_life.c. */

@@ -142,12 +142,43 @@ static void heap_tidy_pool(uint64_t now, uint64_t delay)
         heap_tidy(p, now, delay);
 }
 
-/* Parked heaps still receive remote frees; sweep them now and then. */
+/* Idle heaps. A thread that stopped allocating never sweeps its heap
+ * again (a thread pool's worker waiting for work after a peak), so other
+ * threads give back its empty pages (heap_trim_other) once it has not
+ * swept for ten purge delays, and at least a second; they look every
+ * IDLE_SCAN_MS. A worker that freed 200 MB and waited kept them all, as
+ * under glibc until malloc_trim. */
+#define IDLE_SCAN_MS 100
+#define IDLE_MIN_MS  1000
+static uint64_t next_idle_scan_ms;      /* atomic */
+
+/* Precondition: heap_lock held. */
+static void heap_trim_idle(uint64_t now, uint64_t delay)
+{
+    uint64_t idle = 10 * delay > IDLE_MIN_MS ? 10 * delay : IDLE_MIN_MS;
+    for (unsigned t = 1; t <= heap_count; t++) {
+        struct heap *o = heap_table[t];
+        uint64_t last = __atomic_load_n(&o->last_sweep_ms, __ATOMIC_RELAXED);
+        if (o != tls_heap && o->state == HEAP_ACTIVE && last && now - last >= idle)
+            heap_trim_other(o);
+    }
+}
+
+/* Parked heaps still receive remote frees; sweep them now and then, and
+ * idle ones (above). */
 void heap_tidy_abandoned(uint64_t now)
 {
-    if (!__atomic_load_n(&heap_pool, __ATOMIC_RELAXED) || pthread_mutex_trylock(&heap_lock) != 0)
+    bool pool = __atomic_load_n(&heap_pool, __ATOMIC_RELAXED) != NULL;
+    bool scan = now >= __atomic_load_n(&next_idle_scan_ms, __ATOMIC_RELAXED);
+    if ((!pool && !scan) || pthread_mutex_trylock(&heap_lock) != 0)
         return;
-    heap_tidy_pool(now, init_purge_delay_ms());
+    uint64_t delay = init_purge_delay_ms();
+    if (pool)
+        heap_tidy_pool(now, delay);
+    if (scan) {
+        __atomic_store_n(&next_idle_scan_ms, now + IDLE_SCAN_MS, __ATOMIC_RELAXED);
+        heap_trim_idle(now, delay);
+    }
     pthread_mutex_unlock(&heap_lock);
 }
 
@@ -187,6 +218,15 @@ bool heap_trim(void)
     }
     pthread_mutex_lock(&heap_lock);
     heap_tidy_pool(now, 0);
+    /* Other threads' heaps: their empty pages, unless the thread is in its
+     * slow path right now (it sweeps itself soon then, and the epoch
+     * above makes that sweep purge). Under heap_lock, so no fork runs
+     * meanwhile and no heap changes hands. */
+    for (unsigned t = 1; t <= heap_count; t++) {
+        struct heap *o = heap_table[t];
+        if (o != h && o->state == HEAP_ACTIVE)
+            heap_trim_other(o);
+    }
     pthread_mutex_unlock(&heap_lock);
     for (int i = 0; i < SHARED_COUNT; i++) {
         pthread_mutex_lock(&shared[i].lock);
@@ -237,4 +277,8 @@ void heap_fork_child(void)
         if (h->state == HEAP_ACTIVE && h != tls_heap)
             h->state = HEAP_ZOMBIE;
     }
+    /* Only a trim holding heap_lock takes another heap's trim lock, and
+     * the prepare handler waited for it: clear it all the same. */
+    if (tls_heap != &heap_empty)
+        tls_heap->trim_lock = 0;
 }

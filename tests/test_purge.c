@@ -7,6 +7,7 @@
 #include "tally.h"
 #include <criterion/criterion.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -59,6 +60,65 @@ Test(purge, malloc_trim_returns_freed_small_blocks_at_once)
     cr_assert_eq(malloc_trim(0), 1, "something was released");
     long trimmed = rss_kib();
     cr_assert_lt(trimmed, full - 150 * 1024, "RSS %ld -> %ld KiB", full, trimmed);
+}
+
+/* A thread that freed a 64 MiB peak and now waits for work (a thread
+ * pool's idle worker) never sweeps its heap again: another thread's
+ * malloc_trim, and the other threads' own sweeps once it has been idle for
+ * a second, give its empty pages back. Both kept the 64 MiB before. */
+enum { IDLE_BLOCK = 1000 };
+
+struct idle_worker {
+    pthread_barrier_t freed, quit;
+    size_t n;
+};
+
+static void *peak_then_wait(void *arg)
+{
+    struct idle_worker *w = arg;
+    void **v = build(IDLE_BLOCK, &w->n);
+    free_all(v, w->n);
+    munmap(v, w->n * sizeof *v);
+    pthread_barrier_wait(&w->freed);
+    pthread_barrier_wait(&w->quit);         /* idle: no malloc, no sweep */
+    return NULL;
+}
+
+static long idle_worker_rss_after(bool trim)
+{
+    static struct idle_worker w;
+    pthread_barrier_init(&w.freed, NULL, 2);
+    pthread_barrier_init(&w.quit, NULL, 2);
+    pthread_t t;
+    pthread_create(&t, NULL, peak_then_wait, &w);
+    pthread_barrier_wait(&w.freed);
+    long peak = rss_kib();
+    if (trim) {
+        malloc_trim(0);
+    } else {
+        for (int i = 0; i < 150; i++) {     /* 1.5 s of a live main thread */
+            allocate_a_little(4000 + (size_t)(i % 8) * 1000);
+            sleep_ms(10);
+        }
+    }
+    long after = rss_kib();
+    pthread_barrier_wait(&w.quit);
+    pthread_join(t, NULL);
+    cr_assert_gt(peak, 150 * 1024, "the worker's peak is not resident: %ld KiB", peak);
+    return peak - after;
+}
+
+Test(purge, malloc_trim_reaches_an_idle_threads_heap)
+{
+    long gone = idle_worker_rss_after(true);
+    cr_assert_gt(gone, 150 * 1024, "malloc_trim gave back %ld KiB of a 192 MiB peak", gone);
+}
+
+Test(purge, other_threads_give_back_an_idle_threads_pages, .timeout = 30)
+{
+    long gone = idle_worker_rss_after(false);
+    cr_assert_gt(gone, 150 * 1024, "1.5 s later, %ld KiB of a 192 MiB peak were given back",
+                 gone);
 }
 
 Test(purge, empty_pages_are_purged_after_the_delay_without_trim)
