@@ -70,6 +70,12 @@ static void heap_lock_own(struct heap *h)
         sched_yield();
 }
 
+/* For another thread: false when h's thread is in its slow path. */
+static bool heap_trylock(struct heap *h)
+{
+    return !__atomic_exchange_n(&h->trim_lock, 1, __ATOMIC_ACQUIRE);
+}
+
 static void heap_unlock_own(struct heap *h)
 {
     __atomic_store_n(&h->trim_lock, 0, __ATOMIC_RELEASE);
@@ -158,6 +164,20 @@ static void heap_sweep_live_page(struct heap *h, struct page *pg)
     pg->swept_used = pg->used;
 }
 
+/* Purges the pages that stayed retired for at least `delay` ms (small) or
+ * `medium_delay` ms (medium); 0 and 0 purge them all. */
+static void purge_retired(struct heap *h, uint64_t now, uint64_t delay, uint64_t medium_delay)
+{
+    for (unsigned k = 0; k < 2; k++) {
+        struct page *pg;
+        uint64_t keep = k == 0 ? delay : medium_delay;
+        while ((pg = h->retired[k].first) && now - pg->retired_at >= keep) {
+            heap_unretire(h, pg);
+            heap_purge_page(h, pg);
+        }
+    }
+}
+
 /* Retires every empty page, gives back free memory inside live ones, then
  * purges pages retired for >= delay ms. */
 static void heap_collect(struct heap *h, uint64_t now, uint64_t delay)
@@ -198,14 +218,7 @@ static void heap_collect(struct heap *h, uint64_t now, uint64_t delay)
                 heap_sweep_live_page(h, pg);
         }
     }
-    for (unsigned k = 0; k < 2; k++) {
-        struct page *pg;
-        uint64_t keep = k == 0 ? delay : medium_delay;
-        while ((pg = h->retired[k].first) && now - pg->retired_at >= keep) {
-            heap_unretire(h, pg);
-            heap_purge_page(h, pg);
-        }
-    }
+    purge_retired(h, now, delay, medium_delay);
     os_purge_batch_close(&batch);
 }
 
@@ -513,10 +526,10 @@ static NOINLINE bool trim_may_take(const struct heap *h, unsigned cls, const str
            __atomic_load_n(&pg->used, __ATOMIC_RELAXED) == 0;
 }
 
-bool heap_trim_other(struct heap *h)
+void heap_trim_other(struct heap *h, uint64_t now)
 {
-    if (__atomic_exchange_n(&h->trim_lock, 1, __ATOMIC_ACQUIRE))
-        return false;
+    if (!heap_trylock(h))
+        return;
     struct os_purge_batch batch;
     if (init_purge_batch())
         os_purge_batch_open(&batch);
@@ -530,14 +543,7 @@ bool heap_trim_other(struct heap *h)
             }
         }
     }
-    for (unsigned k = 0; k < 2; k++) {
-        struct page *pg;
-        while ((pg = h->retired[k].first)) {
-            heap_unretire(h, pg);
-            heap_purge_page(h, pg);
-        }
-    }
+    purge_retired(h, now, 0, 0);
     os_purge_batch_close(&batch);
     heap_unlock_own(h);
-    return true;
 }

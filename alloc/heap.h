@@ -92,9 +92,9 @@ HIDDEN void *heap_alloc_shared(enum shared_heap_id id, unsigned cls, bool exact)
  * Caller: h's own thread, outside its slow path. */
 HIDDEN void heap_page_unfull(struct heap *h, struct page *pg);
 /* Gives back the empty pages of h, another thread's heap, unless h's
- * thread is in its slow path (then false). Precondition: heap_lock held,
- * h active. */
-HIDDEN bool heap_trim_other(struct heap *h);
+ * thread is in its slow path (then nothing). Precondition: heap_lock
+ * held, h active. */
+HIDDEN void heap_trim_other(struct heap *h, uint64_t now);
 HIDDEN bool heap_trim(void);
 
 /* Between heap.c and heap_life.c. */

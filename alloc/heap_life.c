@@ -152,15 +152,17 @@ static void heap_tidy_pool(uint64_t now, uint64_t delay)
 #define IDLE_MIN_MS  1000
 static uint64_t next_idle_scan_ms;      /* atomic */
 
-/* Precondition: heap_lock held. */
-static void heap_trim_idle(uint64_t now, uint64_t delay)
+/* Trims the other threads' heaps that have not swept for `idle` ms
+ * (every one when idle is 0, as malloc_trim asks). Under heap_lock, so no
+ * fork runs meanwhile and no heap changes hands. */
+static void heap_trim_others(uint64_t now, uint64_t idle)
 {
-    uint64_t idle = 10 * delay > IDLE_MIN_MS ? 10 * delay : IDLE_MIN_MS;
     for (unsigned t = 1; t <= heap_count; t++) {
         struct heap *o = heap_table[t];
         uint64_t last = __atomic_load_n(&o->last_sweep_ms, __ATOMIC_RELAXED);
-        if (o != tls_heap && o->state == HEAP_ACTIVE && last && now - last >= idle)
-            heap_trim_other(o);
+        if (o != tls_heap && o->state == HEAP_ACTIVE &&
+            (idle == 0 || (last && now - last >= idle)))
+            heap_trim_other(o, now);
     }
 }
 
@@ -177,7 +179,7 @@ void heap_tidy_abandoned(uint64_t now)
         heap_tidy_pool(now, delay);
     if (scan) {
         __atomic_store_n(&next_idle_scan_ms, now + IDLE_SCAN_MS, __ATOMIC_RELAXED);
-        heap_trim_idle(now, delay);
+        heap_trim_others(now, 10 * delay > IDLE_MIN_MS ? 10 * delay : IDLE_MIN_MS);
     }
     pthread_mutex_unlock(&heap_lock);
 }
@@ -220,13 +222,8 @@ bool heap_trim(void)
     heap_tidy_pool(now, 0);
     /* Other threads' heaps: their empty pages, unless the thread is in its
      * slow path right now (it sweeps itself soon then, and the epoch
-     * above makes that sweep purge). Under heap_lock, so no fork runs
-     * meanwhile and no heap changes hands. */
-    for (unsigned t = 1; t <= heap_count; t++) {
-        struct heap *o = heap_table[t];
-        if (o != h && o->state == HEAP_ACTIVE)
-            heap_trim_other(o);
-    }
+     * above makes that sweep purge). */
+    heap_trim_others(now, 0);
     pthread_mutex_unlock(&heap_lock);
     for (int i = 0; i < SHARED_COUNT; i++) {
         pthread_mutex_lock(&shared[i].lock);
@@ -277,8 +274,4 @@ void heap_fork_child(void)
         if (h->state == HEAP_ACTIVE && h != tls_heap)
             h->state = HEAP_ZOMBIE;
     }
-    /* Only a trim holding heap_lock takes another heap's trim lock, and
-     * the prepare handler waited for it: clear it all the same. */
-    if (tls_heap != &heap_empty)
-        tls_heap->trim_lock = 0;
 }

@@ -347,7 +347,7 @@ void remote_flush(void)
 void remote_recycle(struct remote_buf *first, struct remote_buf *last, unsigned n)
 {
     struct remote_batch *rb = &tls_batch;
-    if (rb->spare_count < SPARE_MAX) {
+    if (rb->spare_count < SPARE_MAX && !rb->exited) {
         batch_register(rb);
         last->next = rb->spare;
         rb->spare = first;
@@ -376,7 +376,7 @@ void remote_thread_exit(void)
      * goes home on its own, as when no buffer can be had (buf_take), and
      * drained buffers go straight to the pool (remote_recycle). */
     rb->spare = NULL;
-    rb->spare_count = SPARE_MAX;
+    rb->spare_count = 0;
     rb->exited = true;
 }
 

@@ -51,9 +51,7 @@ def count(prog, size, pairs, preload):
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pairs", type=int, default=100000)
-    p.add_argument("--only", help="comma list of allocators")
-    p.add_argument("--alloc", action="append", default=[], metavar="NAME=PATH")
-    cli.add_tally(p, REPO)
+    cli.add_allocators(p, REPO)
     args, ignored = p.parse_known_args(argv)
     if ignored:
         print(f"instructions.py: ignoring {' '.join(ignored)}")

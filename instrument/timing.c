@@ -80,16 +80,14 @@ static void timing_calibrate(void)
  * for the 2 ms of calibration only (and taken around fork()). */
 void timing_enable(void)
 {
-    if (__atomic_load_n(&calibrated, __ATOMIC_ACQUIRE)) {
-        __atomic_store_n(&os_time_calls, true, __ATOMIC_RELAXED);
-        return;
+    if (!__atomic_load_n(&calibrated, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&calibrate_lock);
+        if (!__atomic_load_n(&calibrated, __ATOMIC_RELAXED)) {
+            timing_calibrate();
+            __atomic_store_n(&calibrated, true, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&calibrate_lock);
     }
-    pthread_mutex_lock(&calibrate_lock);
-    if (!__atomic_load_n(&calibrated, __ATOMIC_RELAXED)) {
-        timing_calibrate();
-        __atomic_store_n(&calibrated, true, __ATOMIC_RELEASE);
-    }
-    pthread_mutex_unlock(&calibrate_lock);
     __atomic_store_n(&os_time_calls, true, __ATOMIC_RELAXED);
 }
 

@@ -1,22 +1,23 @@
-"""What every runner (run.py, scaling.py) shares: its common options and
-the check that the programs it runs are built."""
+"""What the runners (run.py, scaling.py, instructions.py) share: their
+common options and the check that the programs they run are built."""
 
 import os
 import sys
 
 
-def add_tally(parser, repo):
-    """--tally: the library measured as "tally" (make passes the one it built)."""
+def add_allocators(parser, repo):
+    """--tally (the library measured as "tally": make passes the one it
+    built), --only and --alloc."""
     parser.add_argument("--tally", default=os.path.join(repo, "build", "libtally.so"),
                         metavar="PATH", help="tally's .so (default build/libtally.so)")
-
-
-def add_common(parser, repo, here):
-    """--only, --alloc, --tally, --bin-dir and --out-dir."""
-    add_tally(parser, repo)
     parser.add_argument("--only", help="comma list of allocators to run")
     parser.add_argument("--alloc", action="append", default=[], metavar="NAME=PATH",
                         help="add an allocator .so (repeatable); also BENCH_ALLOCATORS")
+
+
+def add_common(parser, repo, here):
+    """The allocator options, --bin-dir and --out-dir."""
+    add_allocators(parser, repo)
     parser.add_argument("--bin-dir", default=os.path.join(repo, "build", "bench"))
     parser.add_argument("--out-dir", default=os.path.join(here, "results"))
 
