@@ -518,12 +518,13 @@ void *heap_alloc_slow(struct heap *h, unsigned cls, bool exact)
  * the lock: whether pg is its class's current page (heap_keep switches to
  * a kept list), and its count of blocks in use (the fast paths). A page
  * neither current nor in use cannot become either until the owner's slow
- * path, which waits for the lock. Out of line: the TSan run suppresses
- * exactly these reads by this name (tests/sanitize/tsan.supp). */
+ * path, which waits for the lock; and a free that brought the count to 0
+ * touches the page no more (page_push_block). Out of line: the TSan run
+ * suppresses exactly these reads by this name (tests/sanitize/tsan.supp). */
 static NOINLINE bool trim_may_take(const struct heap *h, unsigned cls, const struct page *pg)
 {
     return __atomic_load_n(&h->current[cls], __ATOMIC_RELAXED) != pg &&
-           __atomic_load_n(&pg->used, __ATOMIC_RELAXED) == 0;
+           __atomic_load_n(&pg->used, __ATOMIC_ACQUIRE) == 0;
 }
 
 void heap_trim_other(struct heap *h, uint64_t now)

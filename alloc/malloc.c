@@ -131,9 +131,7 @@ EXPORT FAST_ENTRY void free(void *p)
         struct page *pg = segment_slice_of(s, p);
         struct block *b = p;
         if (likely(pg->flags == PAGE_OPEN && b != pg->free)) {
-            block_set_next(b, pg->free);
-            pg->free = b;
-            pg->used--;
+            page_push_block(pg, b);
             return;
         }
         raw_free_own(p);   /* medium, full page or double free: no mode is on */

@@ -69,6 +69,25 @@ static ALWAYS_INLINE struct block *page_try_pop(struct page *pg)
     return b;
 }
 
+/* Puts b, a block of pg in use, back on pg's list: the owner's free. The
+ * count goes last and nothing of pg is touched after it: once it reads 0,
+ * another thread's trim may give the page back, its whole segment for a
+ * medium page (heap.c, heap_trim_other). So the decrement is a release:
+ * on x86, whose stores stay in order, a compiler fence is enough (no
+ * instruction; without it GCC put the list store after the decrement, in
+ * free); elsewhere a release store. */
+static ALWAYS_INLINE void page_push_block(struct page *pg, struct block *b)
+{
+    block_set_next(b, pg->free);
+    pg->free = b;
+#if defined(__x86_64__) || defined(__i386__)
+    __atomic_signal_fence(__ATOMIC_RELEASE);
+    pg->used--;
+#else
+    __atomic_store_n(&pg->used, pg->used - 1, __ATOMIC_RELEASE);
+#endif
+}
+
 /* Pops a block; the caller has checked page_has_room(). */
 static inline struct block *page_pop(struct page *pg)
 {

@@ -85,10 +85,10 @@ static ALWAYS_INLINE void free_owned(struct page *pg, struct block *b)
 {
     if (unlikely(b == pg->free))
         diag_fail("free", "double free", b);
-    block_set_next(b, pg->free);
-    pg->free = b;
-    pg->used--;
-    if (unlikely(pg->flags & PAGE_FULL))
+    /* Read first: a page that was not full may be gone after the push. */
+    bool full = pg->flags & PAGE_FULL;
+    page_push_block(pg, b);
+    if (unlikely(full))
         heap_page_unfull(tls_heap, pg);
 }
 

@@ -5,9 +5,16 @@
  */
 #include "helpers.h"
 #include "tally.h"
+#include "../alloc/segment.h"
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <linux/hw_breakpoint.h>
+#include <linux/perf_event.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -119,6 +126,104 @@ Test(purge, other_threads_give_back_an_idle_threads_pages, .timeout = 30)
     long gone = idle_worker_rss_after(false);
     cr_assert_gt(gone, 150 * 1024, "1.5 s later, %ld KiB of a 192 MiB peak were given back",
                  gone);
+}
+
+/* A trim by another thread may give back a page of an idle heap as soon
+ * as its count of blocks in use reads 0 (a medium page: its whole segment,
+ * unmapped), so the owner's free must not touch the page after storing
+ * that count. A hardware watchpoint on the count stops the owner right
+ * after the store, wherever the compiler put it, and main trims meanwhile.
+ * The store of the list head used to follow it: the owner wrote into the
+ * unmapped segment (SIGSEGV). */
+enum { WINDOW_BLOCK = 300000, WINDOW_BLOCKS = 20 };   /* two medium pages */
+
+static struct {
+    atomic_int stopped, trimmed;
+    void *segment;
+    bool unmapped;
+} window;
+
+static int watch_writes(void *addr, int sig)
+{
+    struct perf_event_attr a = {
+        .type = PERF_TYPE_BREAKPOINT, .size = sizeof a, .bp_type = HW_BREAKPOINT_W,
+        .bp_addr = (uintptr_t)addr, .bp_len = HW_BREAKPOINT_LEN_4, .sample_period = 1,
+        .disabled = 1, .exclude_kernel = 1, .exclude_hv = 1,
+    };
+    int fd = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
+    if (fd < 0)
+        return -1;
+    struct f_owner_ex owner = { F_OWNER_TID, (pid_t)syscall(SYS_gettid) };
+    fcntl(fd, F_SETOWN_EX, &owner);
+    fcntl(fd, F_SETSIG, sig);
+    fcntl(fd, F_SETFL, O_ASYNC);
+    return fd;
+}
+
+/* Runs on the owner right after its store of the count. */
+static void window_stop(int sig)
+{
+    (void)sig;
+    atomic_store(&window.stopped, 1);
+    while (!atomic_load(&window.trimmed))
+        sched_yield();
+    window.unmapped = msync(window.segment, OS_PAGE, MS_ASYNC) != 0 && errno == ENOMEM;
+}
+
+static void *free_last_of_a_page(void *arg)
+{
+    (void)arg;
+    void *b[WINDOW_BLOCKS];
+    for (int i = 0; i < WINDOW_BLOCKS; i++) {
+        b[i] = malloc(WINDOW_BLOCK);
+        memset(b[i], 1, 64);
+    }
+    /* The first page (full, not current) keeps only its last block. */
+    struct segment *s = segment_of(b[0]);
+    int last = 0;
+    for (int i = 1; i < WINDOW_BLOCKS && segment_of(b[i]) == s; i++) {
+        free(b[last]);
+        last = i;
+    }
+    window.segment = s;
+    int fd = watch_writes(&segment_page_of(s, b[last])->used, SIGUSR2);
+    if (fd < 0)
+        _exit(3);
+    ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
+    free(b[last]);
+    close(fd);
+    for (int i = last + 1; i < WINDOW_BLOCKS; i++)
+        free(b[i]);
+    return NULL;
+}
+
+static void trim_in_the_window(void *arg)
+{
+    (void)arg;
+    signal(SIGUSR2, window_stop);
+    pthread_t t;
+    pthread_create(&t, NULL, free_last_of_a_page, NULL);
+    while (!atomic_load(&window.stopped))
+        sched_yield();
+    malloc_trim(0);
+    atomic_store(&window.trimmed, 1);
+    pthread_join(t, NULL);
+    if (!window.unmapped)
+        _exit(2);           /* the trim did not take the page: proves nothing */
+}
+
+Test(purge, a_trim_between_an_owners_free_and_its_return_is_safe, .timeout = 30)
+{
+    int probe;
+    int fd = watch_writes(&probe, SIGUSR2);
+    if (fd < 0)
+        cr_skip_test("no hardware watchpoints here (perf_event_open: %s)", strerror(errno));
+    close(fd);
+    struct child_result r = run_in_child(trim_in_the_window, NULL);
+    cr_assert_eq(child_signal(&r), 0, "the owner's free died of signal %d after the trim",
+                 child_signal(&r));
+    cr_assert(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0,
+              "exit %d (2: the trim left the page, 3: no watchpoint)", WEXITSTATUS(r.status));
 }
 
 Test(purge, empty_pages_are_purged_after_the_delay_without_trim)
