@@ -160,8 +160,9 @@ static void heap_trim_others(uint64_t now, uint64_t idle)
     for (unsigned t = 1; t <= heap_count; t++) {
         struct heap *o = heap_table[t];
         uint64_t last = __atomic_load_n(&o->last_sweep_ms, __ATOMIC_RELAXED);
+        /* last > now: it swept after our clock read; not idle. */
         if (o != tls_heap && o->state == HEAP_ACTIVE &&
-            (idle == 0 || (last && now - last >= idle)))
+            (idle == 0 || (last && last <= now && now - last >= idle)))
             heap_trim_other(o, now);
     }
 }
