@@ -4,8 +4,10 @@
  */
 #include "helpers.h"
 #include <criterion/criterion.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include "tally.h"
 
 static atomic_long allocs, frees, reallocs;
@@ -95,4 +97,60 @@ Test(hooks, rejects_a_struct_that_is_too_small)
 {
     struct tally_hooks h = { .size = 8 };
     cr_assert_eq(tally_hooks_set(&h), -1);
+}
+
+/* ---- mode switches against malloc's two plain reads -------------------- */
+
+static atomic_int switching;
+static atomic_long undersized;
+
+static void *switch_debug(void *arg)
+{
+    (void)arg;
+    while (atomic_load(&switching)) {
+        tally_option_set("debug", "1");
+        tally_option_set("debug", "0");
+    }
+    return NULL;
+}
+
+static void *small_sizes(void *arg)
+{
+    uint64_t s = (uintptr_t)arg * 0x9e3779b97f4a7c15ULL + 1;
+    void *keep[32] = { 0 };
+    for (int i = 0; i < 3000000 && !atomic_load(&undersized); i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        size_t n = 65 + (size_t)(s >> 11) % 64;      /* 65..128 */
+        void *p = malloc(n);
+        if (malloc_usable_size(p) < n)
+            atomic_fetch_add(&undersized, 1);
+        free(keep[i % 32]);
+        keep[i % 32] = p;
+    }
+    for (int i = 0; i < 32; i++)
+        free(keep[i]);
+    return NULL;
+}
+
+/* malloc reads the small limit, then the medium one, with no mode switch
+ * in between only most of the time: a thread that saw the small lane shut
+ * (a mode on) and the medium lane open (the mode off again, or not yet on
+ * in the medium limit) sent a small size down the medium lane, whose class
+ * lookup misfiles sizes up to 128 B (a 100 B request got an 80 B block). */
+Test(hooks, a_mode_switch_never_sends_a_small_size_down_the_medium_lane, .timeout = 120)
+{
+    tally_option_set("leaks", "0");     /* blocks made while debug was on stay */
+    atomic_store(&switching, 1);
+    pthread_t ctl, t[3];
+    pthread_create(&ctl, NULL, switch_debug, NULL);
+    for (uintptr_t i = 0; i < 3; i++)
+        pthread_create(&t[i], NULL, small_sizes, (void *)(i + 1));
+    for (int i = 0; i < 3; i++)
+        pthread_join(t[i], NULL);
+    atomic_store(&switching, 0);
+    pthread_join(ctl, NULL);
+    cr_assert_eq(atomic_load(&undersized), 0, "%ld blocks smaller than their request",
+                 atomic_load(&undersized));
 }
