@@ -125,6 +125,8 @@ void *large_alloc(size_t size, size_t align, size_t front, unsigned flags)
         warm = false;
         maps.n = 0;
         h = os_map_aligned(map_size, base_align);
+        if (!h && large_cache_expire(true))   /* refused: the cache gives way */
+            h = os_map_aligned(map_size, base_align);
     }
     if (!h)
         return NULL;
@@ -208,6 +210,8 @@ void *large_realloc(void *p, size_t size)
     enum os_remap_how how;
     struct large_header *n = os_remap_aligned(h, old_map, new_map, h->base_align, last,
                                               split, &how);
+    if (!n && large_cache_expire(true))   /* refused: the cache gives way */
+        n = os_remap_aligned(h, old_map, new_map, h->base_align, last, split, &how);
     if (!n) {
         if (guard)
             os_protect((char *)h + old_map - guard, guard, true);

@@ -119,12 +119,12 @@ static void cache_disarm(void)
     __atomic_store_n(&freed_one, false, __ATOMIC_RELAXED);
 }
 
-void large_cache_expire(bool all)
+bool large_cache_expire(bool all)
 {
     if (!__atomic_load_n(&count, __ATOMIC_RELAXED)) {
         if (all)
             cache_disarm();
-        return;
+        return false;
     }
     uint64_t now = os_now_ms();
     struct cache_entry expired[LARGE_CACHE_SLOTS];
@@ -132,7 +132,7 @@ void large_cache_expire(bool all)
     if (all)
         pthread_mutex_lock(&cache_lock);
     else if (pthread_mutex_trylock(&cache_lock) != 0)
-        return;
+        return false;
     while (count && (all || now - slots[0].freed_at >= LARGE_CACHE_EXPIRE_MS))
         expired[n++] = cache_remove(0);
     if (!count)
@@ -140,6 +140,7 @@ void large_cache_expire(bool all)
     pthread_mutex_unlock(&cache_lock);
     for (unsigned i = 0; i < n; i++)
         os_unmap(expired[i].base, expired[i].size);
+    return n > 0;
 }
 
 void large_cache_fork_prepare(void) { pthread_mutex_lock(&cache_lock); }

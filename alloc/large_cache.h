@@ -48,8 +48,11 @@ struct large_piece { char *base; size_t size; struct large_maps maps; };
  * mappings. Returns how many were taken; 0 when none could be, and their
  * sizes add up to less than `size` when the cache or that bound ran out. */
 HIDDEN unsigned large_cache_take(size_t size, struct large_piece out[LARGE_CACHE_SLOTS]);
-/* Unmaps entries unused for LARGE_CACHE_EXPIRE_MS, or all of them. */
-HIDDEN void large_cache_expire(bool all);
+/* Unmaps entries unused for LARGE_CACHE_EXPIRE_MS, or all of them; true
+ * when it unmapped any. All of them too when the OS refuses a request
+ * (then retried): cached blocks stay charged to the address space limit
+ * and the commit limit, and they are the program's freed memory. */
+HIDDEN bool large_cache_expire(bool all);
 HIDDEN void large_cache_fork_prepare(void);
 HIDDEN void large_cache_fork_parent(void);
 HIDDEN void large_cache_fork_child(void);

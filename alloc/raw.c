@@ -6,16 +6,23 @@
 #include "heap.h"
 #include "remote.h"
 #include "large.h"
+#include "large_cache.h"
 #include "init.h"
 #include "diag.h"
 
 #include <string.h>
 
-/* exact: see heap_alloc_slow. */
+/* exact: see heap_alloc_slow. When the OS refuses a segment, the large
+ * cache gives way (large_cache.h) and the heap tries once more; here, not
+ * in the heap, since a shared heap's lock must not be held while the
+ * cache's is taken (fork takes the cache's first). */
 static void *alloc_in_class(unsigned cls, bool exact)
 {
     struct heap *h = heap_get();
-    return h ? heap_alloc(h, cls, exact) : heap_alloc_shared(SHARED_ORPHAN, cls, exact);
+    void *p = h ? heap_alloc(h, cls, exact) : heap_alloc_shared(SHARED_ORPHAN, cls, exact);
+    if (unlikely(!p) && large_cache_expire(true))
+        p = h ? heap_alloc(h, cls, exact) : heap_alloc_shared(SHARED_ORPHAN, cls, exact);
+    return p;
 }
 
 /* The smallest class whose blocks are all aligned to `align`: its size is
