@@ -152,18 +152,23 @@ static void *realloc_move(void *p, size_t old_usable, size_t size, const char *f
     return q;
 }
 
+/* A shrink never fails (glibc's never does, and code counts on it): when
+ * no smaller block can be had, a large block shrinks where it is and any
+ * other stays as it is. */
 void *raw_realloc(void *p, size_t size, const char *func)
 {
     size_t usable = raw_usable_size(p, func);
     if (segmap_tag(p) >= TAG_LARGE_TAIL) {
-        if (size <= init_mmap_threshold())
-            return realloc_move(p, usable, size, func);
-        return large_realloc(p, size);
+        if (size > init_mmap_threshold())
+            return large_realloc(p, size);
+        void *q = realloc_move(p, usable, size, func);
+        return q ? q : large_realloc(p, size);
     }
     /* Stay put unless the block is too small or more than half wasted. */
     if (size <= usable && (size > usable / 2 || usable <= 64))
         return p;
-    return realloc_move(p, usable, size, func);
+    void *q = realloc_move(p, usable, size, func);
+    return q || size > usable ? q : p;
 }
 
 /* ---- debug blocks ---------------------------------------------------- */

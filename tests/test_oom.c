@@ -108,3 +108,37 @@ Test(oom, cached_large_blocks_give_way_to_a_refused_request, .timeout = 60)
     cr_assert(WIFEXITED(r.status), "child crashed: status %d, stderr %s", r.status, r.err);
     cr_assert_eq(WEXITSTATUS(r.status), 0, "child failed step %d", WEXITSTATUS(r.status));
 }
+
+/* glibc never fails a shrinking realloc (a block that holds the new size
+ * stays put when no smaller one can be had), and code relies on it. */
+static void shrink_without_memory(void *arg)
+{
+    (void)arg;
+    char *large = malloc(2 << 20), *medium = malloc(200 << 10);
+    memset(large, 7, 2 << 20);
+    memset(medium, 7, 200 << 10);
+    struct rlimit rl = { .rlim_cur = (rlim_t)(vm_kib() + 64 * 1024) * 1024,
+                         .rlim_max = RLIM_INFINITY };
+    if (setrlimit(RLIMIT_AS, &rl) != 0)
+        _exit(10);
+    static void *v[1 << 20];
+    size_t n = 0, fill[] = { 100 << 10, 1000, 64 };
+    for (int k = 0; k < 3; k++)
+        while (n < (1 << 20) && (v[n] = malloc(fill[k])) != NULL)
+            n++;
+    if (n == (1 << 20))
+        _exit(11);                          /* the limit did not bite */
+    char *a = realloc(large, 100 << 10), *b = realloc(medium, 1000);
+    if (!a || !b)
+        _exit(12);
+    if (a[(100 << 10) - 1] != 7 || b[999] != 7)
+        _exit(13);
+    _exit(0);
+}
+
+Test(oom, a_shrinking_realloc_never_fails, .timeout = 60)
+{
+    struct child_result r = run_in_child(shrink_without_memory, NULL);
+    cr_assert(WIFEXITED(r.status), "child crashed: status %d, stderr %s", r.status, r.err);
+    cr_assert_eq(WEXITSTATUS(r.status), 0, "child failed step %d", WEXITSTATUS(r.status));
+}
