@@ -202,16 +202,22 @@ static bool poison_ok(struct debug_hdr *h, const char *func)
 
 /* The header of the debug block whose user data starts at p, or NULL after
  * reporting an invalid pointer. */
-static struct debug_hdr *header_of(void *p, const char *func, const void *site)
+static struct debug_hdr *header_peek(void *p)
 {
     uint8_t *block = raw_debug_block_of(p);
     bool is_large = !block;           /* raw_is_debug() held: a large block */
     struct debug_hdr *h = (struct debug_hdr *)p - 1;
-    if ((!is_large && (uint8_t *)h < block) || ((uintptr_t)p & 15) || h->check != hdr_check(h)) {
+    if ((!is_large && (uint8_t *)h < block) || ((uintptr_t)p & 15) || h->check != hdr_check(h))
+        return NULL;
+    return h;
+}
+
+static struct debug_hdr *header_of(void *p, const char *func, const void *site)
+{
+    struct debug_hdr *h = header_peek(p);
+    if (!h)
         debug_error(func, "invalid pointer (not the start of a debug block, or its header "
                     "was overwritten)", p, NULL, site);
-        return NULL;
-    }
     return h;
 }
 
@@ -310,6 +316,12 @@ size_t debug_usable_size(void *p)
         return 0;
     }
     return h ? h->size : 0;
+}
+
+size_t debug_live_size(void *p)
+{
+    struct debug_hdr *h = header_peek(p);
+    return h && h->state == BLOCK_LIVE ? h->size : 0;
 }
 
 void *debug_realloc(void *p, size_t size, const void *site)

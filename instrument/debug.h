@@ -24,5 +24,9 @@ HIDDEN void debug_free(void *p, const void *site);
 /* p may be a debug block or a plain one (allocated before debug was on). */
 HIDDEN void *debug_realloc(void *p, size_t size, const void *site);
 HIDDEN size_t debug_usable_size(void *p);
+/* The requested size of a live debug block, or 0 when p is not one; no
+ * report (for a caller whose next step checks p and reports itself).
+ * Precondition: raw_is_debug(p). */
+HIDDEN size_t debug_live_size(void *p);
 
 #endif

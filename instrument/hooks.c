@@ -127,6 +127,14 @@ static size_t usable(void *p)
     return raw_is_debug(p) ? debug_usable_size(p) : raw_usable_size(p, "malloc_usable_size");
 }
 
+/* The size a timed free is filed under, read before the free checks p:
+ * a misuse must be reported by free itself ("free(): double free"), not
+ * as a malloc_usable_size() the program never made. */
+static size_t free_size(void *p)
+{
+    return raw_is_debug(p) ? debug_live_size(p) : raw_usable_size(p, "free");
+}
+
 void *hooks_alloc(size_t size, size_t align, enum hook_op op, const void *site)
 {
     bool outer = !tls_in_hook, vg = vg_running();
@@ -158,7 +166,7 @@ void hooks_free(void *p, const void *site)
         vg_quiet_begin();
     }
     if (outer && option(OPT_TIMING)) {
-        size_t size = usable(p);
+        size_t size = free_size(p);
         struct timing_mark m;
         timing_begin(&m);
         free_any(p, site);

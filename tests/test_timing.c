@@ -158,3 +158,39 @@ Test(timing, a_fork_during_calibration_leaves_the_child_free_to_switch, .timeout
                   "round %d: the child of a fork during calibration hung", round);
     }
 }
+
+/* A timed free reads the block's size before freeing it; that read must
+ * not report the misuse itself, as a malloc_usable_size() the program
+ * never called: free reports it, as with timing off. */
+static void double_free_timed(void *arg)
+{
+    (void)arg;
+    tally_option_set("debug", "1");
+    tally_option_set("timing", "1");
+    void *volatile p = malloc(40);
+    void *volatile q = malloc(40);
+    free(p);
+    free(q);
+    free(p);
+}
+
+static char not_from_malloc[64] __attribute__((aligned(16)));
+
+static void foreign_free_timed(void *arg)
+{
+    (void)arg;
+    tally_option_set("timing", "1");
+    char *volatile p = not_from_malloc;
+    free(p + 16);
+}
+
+Test(timing, a_timed_misuse_is_reported_by_free)
+{
+    struct child_result r = run_in_child(double_free_timed, NULL);
+    cr_assert_eq(child_signal(&r), SIGABRT, "%s", r.err);
+    cr_assert(strstr(r.err, "tally: free(): double free"), "%s", r.err);
+    cr_assert(!strstr(r.err, "malloc_usable_size"), "%s", r.err);
+    r = run_in_child(foreign_free_timed, NULL);
+    cr_assert_eq(child_signal(&r), SIGABRT, "%s", r.err);
+    cr_assert(strstr(r.err, "tally: free(): invalid pointer"), "%s", r.err);
+}
