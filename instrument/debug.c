@@ -416,6 +416,7 @@ __attribute__((visibility("default"))) size_t tally_report_leaks(void)
         for (unsigned i = 1; i < best->example->depth; i++) {
             diag_str(&b, "\n      ");
             report_symbol(&b, best->example->stack[i]);
+            report_maybe_flush(&b, fd);
         }
         diag_str(&b, "\n");
         best->site = NULL;

@@ -256,6 +256,38 @@ Test(debug, leak_report_groups_by_site_largest_first)
     cr_assert(a && b && a < b, "%s", r.err);
 }
 
+static __attribute__((noinline)) void *leak_deep(int depth)
+{
+    void *volatile p = depth ? leak_deep(depth - 1) : malloc(24);
+    return p;
+}
+
+static void leaky_deep(void *arg)
+{
+    (void)arg;
+    debug_on();
+    cr_assert_eq(tally_option_set("backtrace", "16"), 0);
+    (void)leak_deep(20);
+    tally_report_leaks();
+    fprintf(stderr, "done\n");
+    _exit(0);
+}
+
+/* Each recorded frame is a line of up to ~90 bytes: a site's 16 frames
+ * must stream out, not stop where the report's buffer fills. */
+Test(debug, leak_report_prints_every_recorded_frame)
+{
+    struct child_result r = run_in_child(leaky_deep, NULL);
+    char *site = strstr(r.err, "24 bytes in 1 blocks allocated at ");
+    cr_assert(site, "%s", r.err);
+    int frames = 0;
+    for (char *l = strchr(site, '\n'); l && strncmp(l + 1, "      ", 6) == 0;
+         l = strchr(l + 1, '\n'))
+        frames++;
+    cr_assert_eq(frames, 15, "the site line and 15 more frames: %s", r.err);
+    cr_assert(strstr(r.err, ")\ndone\n"), "%s", r.err);
+}
+
 Test(debug, same_binary_detects_overflow_only_with_debug_on)
 {
     char out[4096], cmd[1024];
