@@ -381,6 +381,8 @@ __attribute__((visibility("default"))) size_t tally_report_leaks(void)
     pthread_mutex_lock(&debug_lock);
     memset(sites, 0, sizeof sites);
     for (struct debug_hdr *h = live.next; h != &live; h = h->next) {
+        blocks++;
+        bytes += h->size;
         size_t i = ((uintptr_t)h->site >> 4) % LEAK_SITES;
         while (sites[i].site && sites[i].site != h->site)
             i = (i + 1) % LEAK_SITES;
@@ -391,8 +393,6 @@ __attribute__((visibility("default"))) size_t tally_report_leaks(void)
         sites[i].example = h;
         sites[i].count++;
         sites[i].bytes += h->size;
-        blocks++;
-        bytes += h->size;
     }
     int fd = report_open();
     struct diag_buf b = { .len = 0 };

@@ -288,6 +288,39 @@ Test(debug, leak_report_prints_every_recorded_frame)
     cr_assert(strstr(r.err, ")\ndone\n"), "%s", r.err);
 }
 
+/* 1088 call sites, each its own return address, more than the report's
+ * table of 1023 sites holds. */
+#define SITES_4(x) x x x x
+#define SITES_1088(x) SITES_4(SITES_4(SITES_4(SITES_4(SITES_4(x))))) SITES_4(SITES_4(SITES_4(x)))
+
+static void *volatile leak_keep[1088];
+
+static void leaky_everywhere(void *arg)
+{
+    (void)arg;
+    int n = 0;
+    char path[64], head[128] = { 0 };
+    snprintf(path, sizeof path, "/tmp/tally-leaks-%d", (int)getpid());
+    debug_on();
+    cr_assert_eq(tally_option_set("report", path), 0);   /* 50 sites overflow r.err */
+    SITES_1088(leak_keep[n++] = malloc(8);)
+    size_t leaked = tally_report_leaks();
+    FILE *f = fopen(path, "r");
+    if (f && fgets(head, sizeof head, f))
+        fprintf(stderr, "%sleaked=%zu of %d\n", head, leaked, n);
+    unlink(path);
+    _exit(0);
+}
+
+/* Sites past the table's room are not listed, but their blocks still
+ * count in the totals and the returned number. */
+Test(debug, leak_report_counts_blocks_of_every_site)
+{
+    struct child_result r = run_in_child(leaky_everywhere, NULL);
+    cr_assert(strstr(r.err, "tally: leak report: 1088 debug blocks (8704 bytes)"), "%s", r.err);
+    cr_assert(strstr(r.err, "leaked=1088 of 1088"), "%s", r.err);
+}
+
 Test(debug, same_binary_detects_overflow_only_with_debug_on)
 {
     char out[4096], cmd[1024];
