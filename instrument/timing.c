@@ -275,7 +275,12 @@ void timing_report(int fd)
     for (int op = 0; op < HOOK_OPS; op++) {
         if (!t.ops[op].count)
             continue;
+        /* A check before each line: report_maybe_flush leaves 160 bytes,
+         * one line's worth (a row, its page faults and a class row
+         * overran it, and diag_str cut the text). */
+        report_maybe_flush(&b, out);
         report_row(&b, op_names[op], "all sizes", &t.ops[op]);
+        report_maybe_flush(&b, out);
         diag_str(&b, "    page faults: ");
         diag_dec(&b, t.minor_faults[op]);
         diag_str(&b, " minor, ");
@@ -293,11 +298,12 @@ void timing_report(int fd)
             else
                 diag_str(&name, "large");
             name.text[name.len] = '\0';
-            report_row(&b, "", name.text, &o);
             report_maybe_flush(&b, out);
+            report_row(&b, "", name.text, &o);
         }
     }
     for (int c = 0; c < OS_CALLS; c++) {
+        report_maybe_flush(&b, out);
         diag_str(&b, "  ");
         diag_str(&b, os_names[c]);
         diag_str(&b, ": ");

@@ -194,3 +194,50 @@ Test(timing, a_timed_misuse_is_reported_by_free)
     cr_assert_eq(child_signal(&r), SIGABRT, "%s", r.err);
     cr_assert(strstr(r.err, "tally: free(): invalid pointer"), "%s", r.err);
 }
+
+/* The exit report streams out line by line: a row, its page faults and the
+ * first class row of the next operation must never overrun the report's
+ * buffer. Classes 1..k of malloc, then calloc and free, so the operations'
+ * rows start at many offsets into the buffer. */
+static void timed_classes_then_exit(void *arg)
+{
+    int k = *(int *)arg;
+    tally_option_set("timing", "1");
+    for (int c = 1; c <= k; c++) {
+        void *volatile p = malloc((size_t)c * 16);
+        free(p);
+    }
+    void *volatile q = calloc(1, 16);
+    free(q);
+    exit(0);                     /* the report is printed at exit */
+}
+
+/* A whole row: "  NAME CLASS: count C, mean M ns, ..., max X ns". */
+static bool is_whole_row(const char *l, size_t len)
+{
+    unsigned long c, m, p50, p99, max;
+    int n = -1;
+    sscanf(l, "%*[^:]: count %lu, mean %lu ns, p50 <= %lu ns, p99 <= %lu ns, max %lu ns%n", &c,
+           &m, &p50, &p99, &max, &n);
+    return n == (int)len;
+}
+
+Test(timing, exit_report_lines_are_whole)
+{
+    for (int k = 1; k <= 8; k++) {
+        struct child_result r = run_in_child(timed_classes_then_exit, &k);
+        cr_assert(strstr(r.err, "tally: timing report"), "%s", r.err);
+        int rows = 0;
+        for (char *l = r.err; *l;) {
+            char *end = strchr(l, '\n');
+            cr_assert(end, "a line without its newline: %s", l);
+            *end = '\0';
+            if (strstr(l, "count ")) {
+                cr_assert(is_whole_row(l, (size_t)(end - l)), "k = %d, a row cut short: %s", k, l);
+                rows++;
+            }
+            l = end + 1;
+        }
+        cr_assert_geq(rows, 2 * k + 4, "malloc, calloc and free, each with its classes");
+    }
+}
