@@ -169,6 +169,12 @@ static void options_parse_list(const char *s)
             size_t klen = eq ? (size_t)(eq - s) : len;
             const char *val = eq ? eq + 1 : "1";
             size_t vlen = eq ? len - klen - 1 : 1;
+            /* A key alone switches a number on; `report` alone has no
+             * path ("1" would be a file in the working directory), so it
+             * takes the empty value, which is refused. */
+            int id = options_find(s, klen);
+            if (!eq && id >= 0 && options_table[id].is_string)
+                vlen = 0;
             int rc = options_set(s, klen, val, vlen);
             if (rc == -1)
                 options_warn("TALLY_OPTIONS: unknown option ignored: ", s, len);

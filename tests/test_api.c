@@ -333,3 +333,22 @@ Test(api, zero_size_aligned_blocks_at_every_alignment)
         free(q);
     }
 }
+
+/* A key alone means "=1" for a number; `report` alone has no path to
+ * take, and must not send the reports to a file named "1". */
+Test(api, report_without_a_value_is_a_bad_value)
+{
+    char dir[] = "/tmp/tally-report-XXXXXX", out[4096], cmd[1024], one[64];
+    cr_assert(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "cd %s && TALLY_OPTIONS=report,stats=1 LD_PRELOAD=%s %s/prog_plain 2>&1", dir,
+             tally_lib(), getcwd(out, sizeof out));
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    snprintf(one, sizeof one, "%s/1", dir);
+    bool made = access(one, F_OK) == 0;
+    unlink(one);
+    rmdir(dir);
+    cr_assert(!made, "a report file named 1");
+    cr_assert(strstr(out, "tally: warning: TALLY_OPTIONS: bad value ignored: report"), "%s", out);
+    cr_assert(strstr(out, "tally: statistics"), "the report on stderr: %s", out);
+}
