@@ -60,6 +60,9 @@ static struct debug_hdr live = { .next = &live, .prev = &live };
 static struct debug_hdr quarantine = { .next = &quarantine, .prev = &quarantine };
 static size_t quarantine_bytes;
 static bool used;
+/* Set while this thread runs tally_check(), which reports every problem
+ * and aborts on none; other threads' reports abort as `abort` says. */
+static __thread bool tls_checking TLS_IE;
 
 void debug_fork_prepare(void) { pthread_mutex_lock(&debug_lock); }
 void debug_fork_parent(void) { pthread_mutex_unlock(&debug_lock); }
@@ -150,7 +153,7 @@ static void debug_error(const char *func, const char *what, const void *ptr,
     }
     diag_flush(&b, fd);
     report_close(fd);
-    if (option(OPT_ABORT))
+    if (option(OPT_ABORT) && !tls_checking)
         abort();
 }
 
@@ -359,14 +362,16 @@ __attribute__((visibility("default"))) size_t tally_check(void)
 {
     size_t problems = 0;
     pthread_mutex_lock(&debug_lock);
-    uint64_t saved_abort = option(OPT_ABORT);
-    /* Report everything found in one pass; the caller decides what to do. */
-    __atomic_store_n(&options_value[OPT_ABORT], 0, __ATOMIC_RELAXED);
+    /* Report everything found in one pass; the caller decides what to do.
+     * Not by clearing the `abort` option: another thread's double free
+     * found meanwhile carried on, and a change to it made meanwhile was
+     * overwritten. */
+    tls_checking = true;
     for (struct debug_hdr *h = live.next; h != &live; h = h->next)
         problems += !fences_ok(h, "tally_check", NULL);
     for (struct debug_hdr *h = quarantine.next; h != &quarantine; h = h->next)
         problems += !poison_ok(h, "tally_check");
-    __atomic_store_n(&options_value[OPT_ABORT], saved_abort, __ATOMIC_RELAXED);
+    tls_checking = false;
     pthread_mutex_unlock(&debug_lock);
     return problems;
 }

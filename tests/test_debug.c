@@ -7,6 +7,7 @@
 #include <criterion/redirect.h>
 #include <malloc.h>
 #include <stdint.h>
+#include <stdatomic.h>
 #include "tally.h"
 
 static void debug_on(void) { cr_assert_eq(tally_option_set("debug", "1"), 0); }
@@ -358,4 +359,46 @@ Test(debug, debug_blocks_freed_in_bulk_never_come_back_as_plain_blocks)
     }
     for (int i = 0; i < N; i++)
         free(v[i]);
+}
+
+/* tally_check() reports without aborting; that must not spill over to
+ * another thread's misuse found meanwhile, which aborts as always. */
+static atomic_int checks;
+
+static void *check_forever(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        tally_check();
+        atomic_fetch_add(&checks, 1);
+    }
+    return NULL;
+}
+
+static void double_free_during_checks(void *arg)
+{
+    (void)arg;
+    debug_on();
+    for (int i = 0; i < 50000; i++)
+        (void)malloc(16);           /* live blocks for every check to walk */
+    static void *volatile freed[100];
+    for (int i = 0; i < 100; i++) {
+        freed[i] = malloc(40);
+        free(freed[i]);             /* in quarantine */
+    }
+    pthread_t t;
+    pthread_create(&t, NULL, check_forever, NULL);
+    while (atomic_load(&checks) < 1)
+        ;
+    for (int i = 0; i < 100; i++)
+        free(freed[i]);             /* double frees: the first must abort */
+    fprintf(stderr, "100 double frees survived\n");
+    _exit(0);
+}
+
+Test(debug, a_misuse_found_while_another_thread_checks_still_aborts, .timeout = 60)
+{
+    struct child_result r = run_in_child(double_free_during_checks, NULL);
+    cr_assert_eq(child_signal(&r), SIGABRT, "%s", r.err + strlen(r.err) / 2);
+    cr_assert(strstr(r.err, "free(): double free"), "%s", r.err);
 }
