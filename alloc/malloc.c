@@ -249,6 +249,21 @@ EXPORT void free_aligned_sized(void *p, size_t align, size_t size)
     free(p);
 }
 
+/* glibc's own names for the family. A program or library that calls them
+ * directly (an interposer, an old profiler, a binary built against glibc's
+ * `cfree`) must reach the same heap as malloc and free: otherwise a block
+ * crosses allocators and the other one's free aborts on it, or corrupts
+ * it. Each is a tail call. */
+EXPORT void *__libc_malloc(size_t size) { return malloc(size); }
+EXPORT void __libc_free(void *p) { free(p); }
+EXPORT void *__libc_calloc(size_t n, size_t size) { return calloc(n, size); }
+EXPORT void *__libc_realloc(void *p, size_t size) { return realloc(p, size); }
+EXPORT void *__libc_memalign(size_t align, size_t size) { return memalign(align, size); }
+EXPORT void *__libc_valloc(size_t size) { return valloc(size); }
+EXPORT void *__libc_pvalloc(size_t size) { return pvalloc(size); }
+void cfree(void *p);    /* glibc dropped the declaration, not the symbol */
+EXPORT void cfree(void *p) { free(p); }
+
 EXPORT int malloc_trim(size_t pad)
 {
     (void)pad;

@@ -1,7 +1,8 @@
 /*
  * stats.c - tally_stats_get() and tally_stats_print(): a snapshot derived
  * from segment, page and mapping state (alloc/usage), as a human table or
- * JSON, written with write(2) from stack buffers.
+ * JSON, written with write(2) from stack buffers; and glibc's
+ * malloc_stats() and malloc_info() over the same snapshot.
  */
 #include "report.h"
 #include "options.h"
@@ -9,7 +10,10 @@
 #include "../include/tally.h"
 
 #include <errno.h>
+#include <malloc.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -131,5 +135,37 @@ EXPORT int tally_stats_print(int fd, int format)
     diag_flush(&b, out);
     if (fd < 0)
         report_close(out);
+    return 0;
+}
+
+/* glibc's two printers, so that a program calling them under tally gets
+ * tally's figures rather than those of glibc's arenas, which it no longer
+ * uses. malloc_stats() writes to stderr, as glibc's does. */
+EXPORT void malloc_stats(void)
+{
+    tally_stats_print(STDERR_FILENO, TALLY_STATS_TEXT);
+}
+
+/* glibc's XML shape where it has a counterpart (mmap'd blocks, the memory
+ * taken from the system), and one element with tally's own fields. Stdio
+ * is the caller's choice here (it hands in the FILE), never on a hot path. */
+EXPORT int malloc_info(int options, FILE *fp)
+{
+    if (options != 0)
+        return EINVAL;
+    struct tally_stats s = { .size = sizeof s };
+    tally_stats_get(&s);
+    fprintf(fp, "<malloc version=\"1\">\n"
+            "<tally allocated=\"%llu\" active=\"%llu\" resident=\"%llu\" "
+            "mapped=\"%llu\" segments=\"%llu\" purged=\"%llu\"/>\n"
+            "<total type=\"mmap\" count=\"%llu\" size=\"%llu\"/>\n"
+            "<system type=\"current\" size=\"%llu\"/>\n"
+            "<aspace type=\"total\" size=\"%llu\"/>\n"
+            "</malloc>\n",
+            (unsigned long long)s.allocated_bytes, (unsigned long long)s.active_bytes,
+            (unsigned long long)s.resident_bytes, (unsigned long long)s.mapped_bytes,
+            (unsigned long long)s.segments, (unsigned long long)s.purged_bytes,
+            (unsigned long long)s.large_count, (unsigned long long)s.large_bytes,
+            (unsigned long long)s.mapped_bytes, (unsigned long long)s.mapped_bytes);
     return 0;
 }

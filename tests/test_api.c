@@ -352,3 +352,85 @@ Test(api, report_without_a_value_is_a_bad_value)
     cr_assert(strstr(out, "tally: warning: TALLY_OPTIONS: bad value ignored: report"), "%s", out);
     cr_assert(strstr(out, "tally: statistics"), "the report on stderr: %s", out);
 }
+
+/* glibc's own names (alloc/malloc.c): a block from one of them goes back
+ * through free() and the rest, and the other way round. Before tally
+ * exported them, __libc_malloc's block reached glibc's allocator and
+ * tally's malloc_usable_size aborted on it. */
+extern void *__libc_malloc(size_t);
+extern void __libc_free(void *);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+extern void *__libc_valloc(size_t);
+extern void *__libc_pvalloc(size_t);
+extern void cfree(void *);
+
+static void glibc_names(void *arg)
+{
+    (void)arg;
+    unsigned char *p = __libc_malloc(100);
+    if (!p || malloc_usable_size(p) < 100)
+        _exit(2);
+    fill(p, 100, 7);
+    p = __libc_realloc(p, 5000);
+    if (!p || !check(p, 100, 7) || malloc_usable_size(p) < 5000)
+        _exit(3);
+    free(p);
+    unsigned char *z = __libc_calloc(10, 100);
+    for (int i = 0; z && i < 1000; i++)
+        if (z[i])
+            _exit(4);
+    void *a = __libc_memalign(256, 300), *v = __libc_valloc(10), *pv = __libc_pvalloc(10);
+    if (!z || !a || (uintptr_t)a % 256 || !v || (uintptr_t)v % 4096 || !pv ||
+        malloc_usable_size(pv) < 4096)
+        _exit(5);
+    __libc_free(z);
+    free(a);
+    cfree(v);
+    __libc_free(pv);
+    __libc_free(malloc(64));
+}
+
+Test(api, glibcs_own_names_reach_the_same_heap)
+{
+    struct child_result r = run_in_child(glibc_names, NULL);
+    cr_assert(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0,
+              "status %#x, stderr: %s", r.status, r.err);
+}
+
+static void print_stats(void *arg)
+{
+    (void)arg;
+    void *p = malloc(777);
+    malloc_stats();
+    free(p);
+}
+
+Test(api, malloc_stats_and_malloc_info_print_tallys_figures)
+{
+    struct child_result r = run_in_child(print_stats, NULL);
+    cr_assert(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+    cr_assert(strstr(r.err, "tally: statistics") && strstr(r.err, "allocated_bytes"),
+              "malloc_stats printed: %s", r.err);
+
+    struct tally_stats before = { .size = sizeof before };
+    tally_stats_get(&before);
+    void *big = malloc(3 << 20);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    cr_assert(f);
+    cr_assert_eq(malloc_info(0, f), 0);
+    fclose(f);
+    cr_assert(strstr(text, "<malloc version=\"1\">") && strstr(text, "</malloc>"), "%s", text);
+    unsigned long long count = 0, size = 0;
+    const char *mmap = strstr(text, "<total type=\"mmap\"");
+    cr_assert(mmap && sscanf(mmap, "<total type=\"mmap\" count=\"%llu\" size=\"%llu\"", &count,
+                             &size) == 2, "%s", text);
+    cr_assert_geq(count, before.large_count + 1, "%s", text);
+    cr_assert_geq(size, before.large_bytes + (3 << 20), "%s", text);
+    free(text);
+    free(big);
+    cr_assert_eq(malloc_info(1, stdout), EINVAL);
+}
