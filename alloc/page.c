@@ -23,7 +23,7 @@ void page_init(struct segment *s, struct page *pg, unsigned cls)
     pg->swept_used = UINT32_MAX;
     pg->used = 0;
     pg->free = NULL;
-    pg->flags = PAGE_OPEN;
+    pg->flags = s->kind == SEG_MEDIUM ? PAGE_OPEN | PAGE_MEDIUM : PAGE_OPEN;
     pg->fresh = pg->fresh_end = pg->fresh_size = 0;
     pg->next = pg->prev = NULL;
     *page_shape_of(pg) = (struct page_shape){ .start = base, .block_size = bs,

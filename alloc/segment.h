@@ -26,12 +26,16 @@
 enum segment_kind { SEG_SMALL = 1, SEG_MEDIUM = 2 };
 
 /* page->flags: free()'s fast path pushes a block only onto a page whose
- * flags are exactly PAGE_OPEN, which page_init sets. A descriptor nobody
- * opened is zero: an unassigned page, and slices 1..63 of a medium segment
- * (its one descriptor is pages[0]), whose zero-filled descriptors need no
- * write, and so no page fault, when the segment is mapped. */
+ * flags are exactly PAGE_OPEN, which page_init sets on small pages. A
+ * descriptor nobody opened is zero: an unassigned page, and slices 1..63
+ * of a medium segment (its one descriptor is pages[0]), whose zero-filled
+ * descriptors need no write, and so no page fault, when the segment is
+ * mapped. Slice 0 of a medium segment is its header, and lands on pages[0]:
+ * PAGE_MEDIUM keeps that one from the fast path too, so every medium free
+ * is checked against the page's shape. */
 #define PAGE_OPEN     0x1
 #define PAGE_FULL     0x2   /* out of its class's queue until a block comes back */
+#define PAGE_MEDIUM   0x4
 
 /* A free block's first word links it to the next free block, XOR-ed with a
  * per-process secret: a linear overflow from the block before it, or a

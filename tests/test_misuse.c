@@ -89,6 +89,18 @@ static void free_into_unassigned_page(void *arg)
     free(p);
 }
 
+/* A pointer into a medium segment's 64 KiB header: the fast path's slice
+ * lookup lands on the segment's one descriptor (pages[0]), which is open.
+ * Pushed, it dropped the page's count (the sweep then gave back the page
+ * under a live block) and the next malloc of the class returned it. */
+static void free_into_medium_header(void *arg)
+{
+    (void)arg;
+    uintptr_t b = (uintptr_t)malloc(100000);
+    char *volatile p = (char *)((b & ~(uintptr_t)((4u << 20) - 1)) + (32u << 10));
+    free(p);
+}
+
 Test(misuse, free_of_stack_pointer) { expect_abort(free_stack_pointer, "free(): invalid pointer"); }
 Test(misuse, free_of_static_pointer) { expect_abort(free_static_pointer, "free(): invalid pointer"); }
 Test(misuse, free_of_garbage) { expect_abort(free_garbage, "free(): invalid pointer"); }
@@ -99,6 +111,10 @@ Test(misuse, realloc_of_foreign_pointer) { expect_abort(realloc_foreign, "reallo
 Test(misuse, free_into_an_unassigned_page_of_a_live_segment)
 {
     expect_abort(free_into_unassigned_page, "free(): invalid pointer");
+}
+Test(misuse, free_into_the_header_of_a_medium_segment)
+{
+    expect_abort(free_into_medium_header, "free(): invalid pointer (not the start of a block)");
 }
 Test(misuse, usable_size_of_foreign_pointer)
 {
