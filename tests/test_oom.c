@@ -77,6 +77,15 @@ static void cache_96_mib(void)
         free(v[i]);
 }
 
+/* Runs fn in a child that exits with the number of the step that failed,
+ * 0 when all passed. */
+static void assert_steps_pass(void (*fn)(void *))
+{
+    struct child_result r = run_in_child(fn, NULL);
+    cr_assert(WIFEXITED(r.status), "child crashed: status %d, stderr %s", r.status, r.err);
+    cr_assert_eq(WEXITSTATUS(r.status), 0, "child failed step %d", WEXITSTATUS(r.status));
+}
+
 /* 32 MiB live, 96 cached and 16 of segments leave 16 MiB of the margin. */
 static void cache_gives_way(void *arg)
 {
@@ -104,9 +113,7 @@ static void cache_gives_way(void *arg)
 
 Test(oom, cached_large_blocks_give_way_to_a_refused_request, .timeout = 60)
 {
-    struct child_result r = run_in_child(cache_gives_way, NULL);
-    cr_assert(WIFEXITED(r.status), "child crashed: status %d, stderr %s", r.status, r.err);
-    cr_assert_eq(WEXITSTATUS(r.status), 0, "child failed step %d", WEXITSTATUS(r.status));
+    assert_steps_pass(cache_gives_way);
 }
 
 /* glibc never fails a shrinking realloc (a block that holds the new size
@@ -138,7 +145,5 @@ static void shrink_without_memory(void *arg)
 
 Test(oom, a_shrinking_realloc_never_fails, .timeout = 60)
 {
-    struct child_result r = run_in_child(shrink_without_memory, NULL);
-    cr_assert(WIFEXITED(r.status), "child crashed: status %d, stderr %s", r.status, r.err);
-    cr_assert_eq(WEXITSTATUS(r.status), 0, "child failed step %d", WEXITSTATUS(r.status));
+    assert_steps_pass(shrink_without_memory);
 }
