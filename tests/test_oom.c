@@ -19,6 +19,15 @@ static long vm_kib(void)
     return size * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
+/* Runs fn(arg) in a child that exits with the number of the step that
+ * failed, 0 when all passed. */
+static void assert_steps_pass(void (*fn)(void *), void *arg)
+{
+    struct child_result r = run_in_child(fn, arg);
+    cr_assert(WIFEXITED(r.status), "child crashed: status %d, stderr %s", r.status, r.err);
+    cr_assert_eq(WEXITSTATUS(r.status), 0, "child failed step %d", WEXITSTATUS(r.status));
+}
+
 static void exhaust(void *arg)
 {
     size_t block = *(size_t *)arg;
@@ -52,9 +61,7 @@ static void exhaust(void *arg)
 
 static void check_exhaust(size_t block)
 {
-    struct child_result r = run_in_child(exhaust, &block);
-    cr_assert(WIFEXITED(r.status), "child crashed: status %d, stderr %s", r.status, r.err);
-    cr_assert_eq(WEXITSTATUS(r.status), 0, "child failed step %d", WEXITSTATUS(r.status));
+    assert_steps_pass(exhaust, &block);
 }
 
 Test(oom, small_blocks_under_rlimit_as, .timeout = 60) { check_exhaust(1000); }
@@ -75,15 +82,6 @@ static void cache_96_mib(void)
         v[i] = malloc(32 << 20);
     for (int i = 0; i < 3; i++)
         free(v[i]);
-}
-
-/* Runs fn in a child that exits with the number of the step that failed,
- * 0 when all passed. */
-static void assert_steps_pass(void (*fn)(void *))
-{
-    struct child_result r = run_in_child(fn, NULL);
-    cr_assert(WIFEXITED(r.status), "child crashed: status %d, stderr %s", r.status, r.err);
-    cr_assert_eq(WEXITSTATUS(r.status), 0, "child failed step %d", WEXITSTATUS(r.status));
 }
 
 /* 32 MiB live, 96 cached and 16 of segments leave 16 MiB of the margin. */
@@ -113,7 +111,7 @@ static void cache_gives_way(void *arg)
 
 Test(oom, cached_large_blocks_give_way_to_a_refused_request, .timeout = 60)
 {
-    assert_steps_pass(cache_gives_way);
+    assert_steps_pass(cache_gives_way, NULL);
 }
 
 /* glibc never fails a shrinking realloc (a block that holds the new size
@@ -145,5 +143,5 @@ static void shrink_without_memory(void *arg)
 
 Test(oom, a_shrinking_realloc_never_fails, .timeout = 60)
 {
-    assert_steps_pass(shrink_without_memory);
+    assert_steps_pass(shrink_without_memory, NULL);
 }
