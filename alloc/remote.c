@@ -129,6 +129,7 @@ static struct remote_buf *buf_take(struct remote_batch *rb)
         rb->spare_count--;
         b->next = NULL;
         b->count = 0;
+        b->medium_kib = 0;
     }
     return b;
 }
@@ -302,13 +303,35 @@ static NOINLINE void adopting_free(struct remote_batch *rb, struct heap *h, uint
         buffer_free(rb, h, tag, b);
 }
 
-/* Both rare cases leave by a tail call, so the common one (append to the
+/* remote_free for a medium block: appended as any other, and the buffer
+ * goes to its heap once it holds REMOTE_BUF_MEDIUM_KIB of them (remote.h).
+ * (No adoption: kept lists hold small blocks only.) */
+static NOINLINE void medium_free(struct remote_batch *rb, struct heap *h, uint16_t tag,
+                                 struct block *b, const struct page_shape *sh)
+{
+    unsigned s = tag & (SLOTS - 1);
+    buffer_free(rb, h, tag, b);
+    struct remote_buf *buf = rb->buf[s];
+    if (!buf || rb->to[s] != h)         /* pushed full, or no buffer to be had */
+        return;
+    buf->medium_kib += (uint16_t)(sh->block_size >> 10);
+    if (buf->medium_kib >= REMOTE_BUF_MEDIUM_KIB) {
+        rb->buf[s] = NULL;
+        buf_push(h, buf);
+    }
+}
+
+/* The rare cases leave by a tail call, so the common one (append to the
  * open buffer) saves no registers. */
 void remote_free(uint16_t tag, struct block *b, const struct page_shape *sh)
 {
     struct remote_batch *rb = &tls_batch;
     struct heap *h = heap_table[tag];
     unsigned s = tag & (SLOTS - 1);
+    if (unlikely(sh->cls >= NUM_SMALL_CLASSES)) {
+        medium_free(rb, h, tag, b, sh);
+        return;
+    }
     if (((rb->adopting >> s) & 1) && rb->to[s] == h) {
         adopting_free(rb, h, tag, b, sh);
         return;

@@ -233,6 +233,7 @@ Test(threads, fork_from_threaded_process_1000_times, .timeout = 300)
 /* ---- remote frees gathered by a thread that then exits ----------------- */
 
 #include "tally.h"
+#include "../alloc/remote.h"
 
 /* Frees n blocks on another thread. */
 struct free_job {
@@ -568,4 +569,62 @@ Test(threads, a_thread_adopts_from_several_sleeping_owners_at_once, .timeout = 3
     free(got);
     free(b.v[TWO_N - 1]);
     free(own);
+}
+
+/* ---- medium blocks freed by a thread that stops allocating ---------------- */
+
+/* A worker frees 29 of main's medium blocks (one short of a full transfer
+ * buffer), then waits, alive, without allocating: it never sweeps, so its
+ * partial buffer held 29 x 256 KiB (7.25 MiB) allocated and resident for as
+ * long as it lived, malloc_trim from main included. A buffer now goes home
+ * once it holds REMOTE_BUF_MEDIUM_KIB of medium blocks: main's trim drains
+ * it, and what may wait is less than that. (Review finding; helper's test
+ * of 256 KiB blocks, and 20 KiB ones, pushed part way.) */
+enum { FREER_N = 29 };
+
+struct idle_freer {
+    void *v[FREER_N];
+    pthread_barrier_t freed, done;
+};
+
+static void *free_then_idle(void *arg)
+{
+    struct idle_freer *job = arg;
+    for (int i = 0; i < FREER_N; i++)
+        free(job->v[i]);
+    pthread_barrier_wait(&job->freed);
+    pthread_barrier_wait(&job->done);
+    return NULL;
+}
+
+static uint64_t left_by_an_idle_freer(size_t size)
+{
+    static struct idle_freer job;
+    pthread_barrier_init(&job.freed, NULL, 2);
+    pthread_barrier_init(&job.done, NULL, 2);
+    malloc_trim(0);
+    uint64_t before = stats_now().allocated_bytes;
+    for (int i = 0; i < FREER_N; i++)
+        job.v[i] = malloc(size);
+    pthread_t t;
+    pthread_create(&t, NULL, free_then_idle, &job);
+    pthread_barrier_wait(&job.freed);
+    malloc_trim(0);
+    uint64_t after = stats_now().allocated_bytes;
+    pthread_barrier_wait(&job.done);
+    pthread_join(t, NULL);
+    pthread_barrier_destroy(&job.freed);
+    pthread_barrier_destroy(&job.done);
+    return after > before ? after - before : 0;
+}
+
+Test(threads, medium_blocks_freed_by_an_idle_thread_come_back_on_trim, .timeout = 30)
+{
+    const uint64_t cap = REMOTE_BUF_MEDIUM_KIB * 1024;
+    uint64_t big = left_by_an_idle_freer(256 * 1024);
+    cr_assert_lt(big, cap, "%lu bytes of 256 KiB blocks still allocated after trim",
+                 (unsigned long)big);
+    uint64_t mid = left_by_an_idle_freer(64 * 1024);
+    cr_assert_lt(mid, cap, "%lu bytes of 64 KiB blocks still allocated after trim",
+                 (unsigned long)mid);
 }
