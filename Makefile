@@ -40,6 +40,17 @@ $(BUILD)/obj/%.o: %.c $(wildcard alloc/*.h instrument/*.h include/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(LIB_CFLAGS) -c $< -o $@
 
+# os.c and valgrind.c compile memcheck's client requests in only when
+# <valgrind/memcheck.h> is there. `make test` installs valgrind after a
+# plain `make` may have built without it (dpkg keeps the header's old
+# mtime), so a stamp named after the answer rebuilds them when it changes.
+VG_STAMP := $(BUILD)/obj/valgrind-$(if $(wildcard /usr/include/valgrind/memcheck.h),yes,no)
+$(BUILD)/obj/alloc/os.o $(BUILD)/obj/instrument/valgrind.o: $(VG_STAMP)
+$(VG_STAMP):
+	@mkdir -p $(dir $@)
+	@rm -f $(BUILD)/obj/valgrind-*
+	@touch $@
+
 $(LIB_SO): $(LIB_OBJ)
 	$(CC) -shared -pthread -Wl,-soname,libtally.so -o $@ $^
 
