@@ -114,6 +114,10 @@ install: all
 	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 include/tally.h $(DESTDIR)$(PREFIX)/include/
 	sed -e 's|@PREFIX@|$(PREFIX)|' tally.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/tally.pc
+	@# The loader finds a new library in /usr/local/lib only through its
+	@# cache: without this a program linked with -ltally fails to start.
+	@# (Packagers, with DESTDIR, run ldconfig on the target themselves.)
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
 
 clean:
 	rm -rf $(BUILD)
