@@ -69,7 +69,8 @@ test-deps:
 	@sh tests/deps.sh
 
 TEST_PROGS := $(BUILD)/tests/prog_plain $(BUILD)/tests/prog_static $(BUILD)/tests/prog_cxx \
-              $(BUILD)/tests/prog_overflow $(BUILD)/tests/prog_memcheck
+              $(BUILD)/tests/prog_overflow $(BUILD)/tests/prog_memcheck \
+              $(BUILD)/tests/prog_atfork_first
 
 $(TEST_BIN): $(TEST_SRC) tests/helpers.h $(LIB_SO) $(LIB_TOOL) $(TEST_PROGS)
 	@mkdir -p $(dir $@)
@@ -92,6 +93,10 @@ $(BUILD)/tests/prog_overflow: tests/progs/overflow.c
 $(BUILD)/tests/prog_memcheck: tests/progs/memcheck_bugs.c
 	@mkdir -p $(dir $@)
 	$(CC) -O0 -g -o $@ $<
+
+$(BUILD)/tests/prog_atfork_first: tests/progs/atfork_first.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -o $@ $<
 
 $(BUILD)/tests/prog_cxx: tests/progs/uses_new.cc
 	@mkdir -p $(dir $@)

@@ -12,6 +12,7 @@
 #include "init.h"
 #include "large_cache.h"
 #include "remote.h"
+#include "lock.h"
 
 #include <pthread.h>
 
@@ -76,7 +77,7 @@ static struct heap *heap_new(uint8_t state)
 
 static struct heap *heap_acquire(void)
 {
-    pthread_mutex_lock(&heap_lock);
+    lock_take(&heap_lock);
     struct heap *h = heap_pool;
     if (h)
         __atomic_store_n(&heap_pool, h->pool_next, __ATOMIC_RELAXED);
@@ -84,7 +85,7 @@ static struct heap *heap_acquire(void)
         h = heap_new(HEAP_ACTIVE);
     if (h)
         h->state = HEAP_ACTIVE;
-    pthread_mutex_unlock(&heap_lock);
+    lock_give(&heap_lock);
     if (!h)
         return NULL;
     tls_heap = h;
@@ -108,17 +109,17 @@ struct heap *heap_get(void)
 void *heap_alloc_shared(enum shared_heap_id id, unsigned cls, bool exact)
 {
     struct shared_heap *sh = &shared[id];
-    pthread_mutex_lock(&sh->lock);
+    lock_take(&sh->lock);
     if (!sh->heap) {
         init_ensure();
-        pthread_mutex_lock(&heap_lock);
+        lock_take(&heap_lock);
         __atomic_store_n(&sh->heap, heap_new(HEAP_SHARED), __ATOMIC_RELEASE);
         if (id == SHARED_DEBUG && sh->heap)
             __atomic_store_n(&heap_debug_tag, sh->heap->tag, __ATOMIC_RELEASE);
-        pthread_mutex_unlock(&heap_lock);
+        lock_give(&heap_lock);
     }
     void *p = sh->heap ? heap_alloc(sh->heap, cls, exact) : NULL;
-    pthread_mutex_unlock(&sh->lock);
+    lock_give(&sh->lock);
     return p;
 }
 
@@ -128,11 +129,11 @@ void *heap_alloc_shared(enum shared_heap_id id, unsigned cls, bool exact)
 static void heap_abandon(struct heap *h)
 {
     heap_tidy_own(h, os_now_ms(), init_purge_delay_ms());
-    pthread_mutex_lock(&heap_lock);
+    lock_take(&heap_lock);
     h->state = HEAP_ABANDONED;
     h->pool_next = heap_pool;
     __atomic_store_n(&heap_pool, h, __ATOMIC_RELAXED);
-    pthread_mutex_unlock(&heap_lock);
+    lock_give(&heap_lock);
 }
 
 /* Precondition: heap_lock held. */
@@ -173,7 +174,7 @@ void heap_tidy_abandoned(uint64_t now)
 {
     bool pool = __atomic_load_n(&heap_pool, __ATOMIC_RELAXED) != NULL;
     bool scan = now >= __atomic_load_n(&next_idle_scan_ms, __ATOMIC_RELAXED);
-    if ((!pool && !scan) || pthread_mutex_trylock(&heap_lock) != 0)
+    if ((!pool && !scan) || !lock_try(&heap_lock))
         return;
     uint64_t delay = init_purge_delay_ms();
     if (pool)
@@ -182,7 +183,7 @@ void heap_tidy_abandoned(uint64_t now)
         __atomic_store_n(&next_idle_scan_ms, now + IDLE_SCAN_MS, __ATOMIC_RELAXED);
         heap_trim_others(now, 10 * delay > IDLE_MIN_MS ? 10 * delay : IDLE_MIN_MS);
     }
-    pthread_mutex_unlock(&heap_lock);
+    lock_give(&heap_lock);
 }
 
 void heap_thread_exit(void *arg)
@@ -219,18 +220,18 @@ bool heap_trim(void)
     } else {
         remote_flush();         /* a thread that only frees */
     }
-    pthread_mutex_lock(&heap_lock);
+    lock_take(&heap_lock);
     heap_tidy_pool(now, 0);
     /* Other threads' heaps: their empty pages, unless the thread is in its
      * slow path right now (it sweeps itself soon then, and the epoch
      * above makes that sweep purge). */
     heap_trim_others(now, 0);
-    pthread_mutex_unlock(&heap_lock);
+    lock_give(&heap_lock);
     for (int i = 0; i < SHARED_COUNT; i++) {
-        pthread_mutex_lock(&shared[i].lock);
+        lock_take(&shared[i].lock);
         if (shared[i].heap)
             heap_tidy(shared[i].heap, now, 0);
-        pthread_mutex_unlock(&shared[i].lock);
+        lock_give(&shared[i].lock);
     }
     segment_cache_release();
     large_cache_expire(true);

@@ -15,6 +15,7 @@
 #include "sizeclass.h"
 #include "segment.h"
 #include "large_cache.h"
+#include "lock.h"
 #include "../instrument/options.h"
 #include "../instrument/hooks.h"
 
@@ -28,16 +29,19 @@ static __thread bool tls_initializing TLS_IE;
 
 /* Every allocator lock is taken around fork(), in one order: the
  * instrumentation's (debug, timing), the large cache, then the heaps'
- * (shared heaps, pool, segments). */
+ * (shared heaps, pool, segments). Other libraries' handlers that run
+ * while they are held may allocate (lock.h). */
 static void init_fork_prepare(void)
 {
     hooks_fork_prepare();
     large_cache_fork_prepare();
     heap_fork_prepare();
+    lock_held_for_fork = true;
 }
 
 static void init_fork_parent(void)
 {
+    lock_held_for_fork = false;
     heap_fork_parent();
     large_cache_fork_parent();
     hooks_fork_parent();
@@ -45,6 +49,7 @@ static void init_fork_parent(void)
 
 static void init_fork_child(void)
 {
+    lock_held_for_fork = false;
     heap_fork_child();
     large_cache_fork_child();
     hooks_fork_child();

@@ -7,6 +7,7 @@
 #include "large_cache.h"
 #include "os.h"
 #include "init.h"
+#include "lock.h"
 
 #include <pthread.h>
 
@@ -47,7 +48,7 @@ void large_cache_put(void *base, size_t size, const struct large_maps *m)
      * passes the slot count. */
     struct cache_entry evicted[LARGE_CACHE_SLOTS];
     unsigned n_evicted = 0;
-    pthread_mutex_lock(&cache_lock);
+    lock_take(&cache_lock);
     while (count && (count == LARGE_CACHE_SLOTS || bytes + size > limit))
         evicted[n_evicted++] = cache_remove(0);
     if (size < SEGMENT_SIZE) {
@@ -62,7 +63,7 @@ void large_cache_put(void *base, size_t size, const struct large_maps *m)
     slots[count] = (struct cache_entry){ base, size, os_now_ms(), *m };
     __atomic_store_n(&count, count + 1, __ATOMIC_RELAXED);
     bytes += size;
-    pthread_mutex_unlock(&cache_lock);
+    lock_give(&cache_lock);
     for (unsigned i = 0; i < n_evicted; i++)
         os_unmap(evicted[i].base, evicted[i].size);
 }
@@ -99,7 +100,7 @@ unsigned large_cache_take(size_t size, struct large_piece out[LARGE_CACHE_SLOTS]
             __atomic_store_n(&armed, true, __ATOMIC_RELAXED);
         return 0;
     }
-    pthread_mutex_lock(&cache_lock);
+    lock_take(&cache_lock);
     while (got < size) {
         int i = cache_pick(size - got, LARGE_MAX_MAPS - 1 - cuts, n > 0);
         if (i < 0)
@@ -109,7 +110,7 @@ unsigned large_cache_take(size_t size, struct large_piece out[LARGE_CACHE_SLOTS]
         cuts += (n > 1) + e.maps.n;
         got += e.size;
     }
-    pthread_mutex_unlock(&cache_lock);
+    lock_give(&cache_lock);
     return n;
 }
 
@@ -130,14 +131,14 @@ bool large_cache_expire(bool all)
     struct cache_entry expired[LARGE_CACHE_SLOTS];
     unsigned n = 0;
     if (all)
-        pthread_mutex_lock(&cache_lock);
-    else if (pthread_mutex_trylock(&cache_lock) != 0)
+        lock_take(&cache_lock);
+    else if (!lock_try(&cache_lock))
         return false;
     while (count && (all || now - slots[0].freed_at >= LARGE_CACHE_EXPIRE_MS))
         expired[n++] = cache_remove(0);
     if (!count)
         cache_disarm();
-    pthread_mutex_unlock(&cache_lock);
+    lock_give(&cache_lock);
     for (unsigned i = 0; i < n; i++)
         os_unmap(expired[i].base, expired[i].size);
     return n > 0;

@@ -5,6 +5,7 @@
 #include "remote.h"
 #include "heap.h"
 #include "os.h"
+#include "lock.h"
 
 #include <pthread.h>
 
@@ -92,7 +93,7 @@ static void pool_refill(struct remote_batch *rb)
             rb->spare_count++;
         return;
     }
-    pthread_mutex_lock(&chunk_lock);
+    lock_take(&chunk_lock);
     for (unsigned i = 0; i < POOL_GRAB; i++) {
         if (chunk_left < sizeof(struct remote_buf)) {
             chunk = os_map(CHUNK_BYTES);
@@ -107,7 +108,7 @@ static void pool_refill(struct remote_batch *rb)
         rb->spare = b;
         rb->spare_count++;
     }
-    pthread_mutex_unlock(&chunk_lock);
+    lock_give(&chunk_lock);
 }
 
 static void pool_give(struct remote_buf *list, struct remote_buf *last)

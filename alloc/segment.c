@@ -12,6 +12,7 @@
 #include "segment.h"
 #include "os.h"
 #include "init.h"
+#include "lock.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -123,24 +124,24 @@ struct segment *segment_alloc(struct heap *h, uint16_t tag, enum segment_kind ki
 {
     struct segment *s = NULL;
     bool fresh = false;
-    pthread_mutex_lock(&segment_lock);
+    lock_take(&segment_lock);
     if (cache_count) {
         s = cache[--cache_count];
     } else {
         s = segment_map_fresh();
         fresh = true;
     }
-    pthread_mutex_unlock(&segment_lock);
+    lock_give(&segment_lock);
     if (!s)
         return NULL;
     segment_init_header(s, h, kind, fresh);
 
-    pthread_mutex_lock(&segment_lock);
+    lock_take(&segment_lock);
     s->all_next = all_segments;
     if (all_segments)
         all_segments->all_prev = s;
     all_segments = s;
-    pthread_mutex_unlock(&segment_lock);
+    lock_give(&segment_lock);
     segmap_set_range(s, SEGMENT_SIZE, tag, tag);
     return s;
 }
@@ -151,7 +152,7 @@ void segment_free(struct segment *s)
     os_purge_flush();   /* purges still gathered (os.h) land before s moves on */
     segmap_set_range(s, SEGMENT_SIZE, TAG_NONE, TAG_NONE);
     bool cached = false;
-    pthread_mutex_lock(&segment_lock);
+    lock_take(&segment_lock);
     if (s->all_prev)
         s->all_prev->all_next = s->all_next;
     else
@@ -162,7 +163,7 @@ void segment_free(struct segment *s)
         cache[cache_count++] = s;
         cached = true;
     }
-    pthread_mutex_unlock(&segment_lock);
+    lock_give(&segment_lock);
     if (!cached)
         os_unmap(s, SEGMENT_SIZE);
 }
@@ -171,14 +172,14 @@ void segment_free(struct segment *s)
 void segment_cache_release(void)
 {
     struct segment *batch[SEGMENT_CACHE_MAX];
-    pthread_mutex_lock(&segment_lock);
+    lock_take(&segment_lock);
     unsigned n = cache_count;
     memcpy(batch, cache, n * sizeof batch[0]);
     cache_count = 0;
     char *rest = reserve_next;
     size_t rest_size = (size_t)reserve_left * SEGMENT_SIZE;
     reserve_left = 0;
-    pthread_mutex_unlock(&segment_lock);
+    lock_give(&segment_lock);
     for (unsigned i = 0; i < n; i++)
         os_unmap(batch[i], SEGMENT_SIZE);
     if (rest_size)
@@ -210,10 +211,10 @@ void segment_release_page(struct segment *s, struct page *pg)
 
 void segment_foreach(void (*fn)(struct segment *, void *), void *arg)
 {
-    pthread_mutex_lock(&segment_lock);
+    lock_take(&segment_lock);
     for (struct segment *s = all_segments; s; s = s->all_next)
         fn(s, arg);
-    pthread_mutex_unlock(&segment_lock);
+    lock_give(&segment_lock);
 }
 
 void segment_lock_all(void)   { pthread_mutex_lock(&segment_lock); }

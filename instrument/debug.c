@@ -20,6 +20,7 @@
 #include "../alloc/raw.h"
 #include "../alloc/segment.h"
 #include "../alloc/os.h"
+#include "../alloc/lock.h"
 #include "../include/tally.h"
 
 #include <execinfo.h>
@@ -79,10 +80,10 @@ bool debug_was_used(void) { return __atomic_load_n(&used, __ATOMIC_RELAXED); }
 size_t debug_live_blocks(void)
 {
     size_t n = 0;
-    pthread_mutex_lock(&debug_lock);
+    lock_take(&debug_lock);
     for (struct debug_hdr *h = live.next; h != &live; h = h->next)
         n++;
-    pthread_mutex_unlock(&debug_lock);
+    lock_give(&debug_lock);
     return n;
 }
 
@@ -253,9 +254,9 @@ void *debug_alloc(size_t size, size_t align, bool zero, const void *site)
     memset(h->fence, FENCE_BYTE, FENCE_SIZE);
     memset((uint8_t *)p + size, FENCE_BYTE, FENCE_SIZE);
     memset(p, zero ? 0 : JUNK_BYTE, size);
-    pthread_mutex_lock(&debug_lock);
+    lock_take(&debug_lock);
     list_push(&live, h);
-    pthread_mutex_unlock(&debug_lock);
+    lock_give(&debug_lock);
     return p;
 }
 
@@ -289,19 +290,19 @@ void debug_free(void *p, const void *site)
         return;
     }
     fences_ok(h, "free", site);
-    pthread_mutex_lock(&debug_lock);
+    lock_take(&debug_lock);
     list_remove(h);
-    pthread_mutex_unlock(&debug_lock);
+    lock_give(&debug_lock);
     h->state = BLOCK_FREED;
     h->free_site = site;
     h->check = hdr_check(h);
     memset(p, POISON_BYTE, h->size);
 
-    pthread_mutex_lock(&debug_lock);
+    lock_take(&debug_lock);
     list_push(&quarantine, h);
     quarantine_bytes += h->size;
     struct debug_hdr *evicted = quarantine_trim(option(OPT_QUARANTINE), h);
-    pthread_mutex_unlock(&debug_lock);
+    lock_give(&debug_lock);
     while (evicted) {
         struct debug_hdr *next = evicted->next;
         poison_ok(evicted, "free");
@@ -361,7 +362,7 @@ void *debug_realloc(void *p, size_t size, const void *site)
 __attribute__((visibility("default"))) size_t tally_check(void)
 {
     size_t problems = 0;
-    pthread_mutex_lock(&debug_lock);
+    lock_take(&debug_lock);
     /* Report everything found in one pass; the caller decides what to do.
      * Not by clearing the `abort` option: another thread's double free
      * found meanwhile carried on, and a change to it made meanwhile was
@@ -372,7 +373,7 @@ __attribute__((visibility("default"))) size_t tally_check(void)
     for (struct debug_hdr *h = quarantine.next; h != &quarantine; h = h->next)
         problems += !poison_ok(h, "tally_check");
     tls_checking = false;
-    pthread_mutex_unlock(&debug_lock);
+    lock_give(&debug_lock);
     return problems;
 }
 
@@ -383,7 +384,7 @@ __attribute__((visibility("default"))) size_t tally_report_leaks(void)
 {
     static struct leak_site sites[LEAK_SITES];     /* under debug_lock */
     size_t blocks = 0, bytes = 0, nsites = 0;
-    pthread_mutex_lock(&debug_lock);
+    lock_take(&debug_lock);
     memset(sites, 0, sizeof sites);
     for (struct debug_hdr *h = live.next; h != &live; h = h->next) {
         blocks++;
@@ -429,6 +430,6 @@ __attribute__((visibility("default"))) size_t tally_report_leaks(void)
     }
     diag_flush(&b, fd);
     report_close(fd);
-    pthread_mutex_unlock(&debug_lock);
+    lock_give(&debug_lock);
     return blocks;
 }

@@ -14,6 +14,7 @@
 #include "options.h"
 #include "report.h"
 #include "../alloc/os.h"
+#include "../alloc/lock.h"
 #include "../include/tally.h"
 
 #include <errno.h>
@@ -81,12 +82,12 @@ static void timing_calibrate(void)
 void timing_enable(void)
 {
     if (!__atomic_load_n(&calibrated, __ATOMIC_ACQUIRE)) {
-        pthread_mutex_lock(&calibrate_lock);
+        lock_take(&calibrate_lock);
         if (!__atomic_load_n(&calibrated, __ATOMIC_RELAXED)) {
             timing_calibrate();
             __atomic_store_n(&calibrated, true, __ATOMIC_RELEASE);
         }
-        pthread_mutex_unlock(&calibrate_lock);
+        lock_give(&calibrate_lock);
     }
     __atomic_store_n(&os_time_calls, true, __ATOMIC_RELAXED);
 }

@@ -230,6 +230,19 @@ Test(threads, fork_from_threaded_process_1000_times, .timeout = 300)
         pthread_join(t[i], NULL);
 }
 
+/* Fork handlers that a library registered before tally's first malloc run
+ * inside tally's own (prepare after it, parent and child before it) and
+ * may allocate: glibc's malloc allows it. They deadlocked on the segment
+ * lock that tally's prepare handler held. */
+Test(threads, fork_handlers_registered_before_tallys_may_allocate, .timeout = 60)
+{
+    char out[256], cmd[1024];
+    snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s timeout 10 ./prog_atfork_first; echo rc=$?",
+             tally_lib());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0);
+    cr_assert_str_eq(out, "forked\nrc=0\n");
+}
+
 /* ---- remote frees gathered by a thread that then exits ----------------- */
 
 #include "tally.h"
