@@ -33,13 +33,16 @@ const char *tally_version(void);
  * Returns 0, or -1 with errno = EINVAL for an unknown name or bad value. */
 int tally_option_set(const char *name, const char *value);
 
-/* Reads an option's current value. 0, or -1 with errno = EINVAL. */
+/* Reads a numeric option's current value, as set (mmap_threshold reads
+ * back what was set, not the effective 8 KiB..512 KiB). 0, or -1 with
+ * errno = EINVAL. `report` is a string: it reads as 0. */
 int tally_option_get(const char *name, uint64_t *value);
 
 /* ---- statistics --------------------------------------------------------
  * A snapshot of the allocator's state. Set `size` to sizeof(struct
  * tally_stats) before the call; tally fills at most that many bytes and
- * sets `version`. Counters are derived from heap state when read, so they
+ * sets `version` to TALLY_STATS_VERSION (the library's, whatever `size`
+ * covers). Counters are derived from heap state when read, so they
  * cost the fast path nothing. */
 struct tally_stats {
     size_t size;
