@@ -51,7 +51,7 @@ def count(prog, size, pairs, preload):
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pairs", type=int, default=100000)
-    cli.add_allocators(p, REPO)
+    cli.add_allocators(p)
     args, ignored = p.parse_known_args(argv)
     if ignored:
         print(f"instructions.py: ignoring {' '.join(ignored)}")

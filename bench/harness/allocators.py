@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
+DEFAULT_TALLY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "build", "libtally.so")
 
 # name -> candidate paths, first existing wins (Debian's names, newest first)
 PEERS = {
@@ -45,9 +47,15 @@ def parse_spec(spec):
 
 
 def discover(tally, extra_specs, only):
-    """All allocators of this run, in table order: tally (the library at
-    path `tally`, when it exists), system, peers."""
+    """All allocators of this run, in table order: tally, system, peers.
+
+    tally is the library at path `tally`, which must exist: a run asked to
+    measure a library that is not there must not quietly leave it out. With
+    `tally` None it is build/libtally.so, when that has been built."""
     found = []
+    if tally is not None and not os.path.isfile(tally):
+        raise ValueError(f"--tally: no file {tally}")
+    tally = tally or DEFAULT_TALLY
     if os.path.isfile(tally):
         found.append(Allocator("tally", os.path.abspath(tally)))
     found.append(Allocator("system", None))

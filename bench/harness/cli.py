@@ -5,11 +5,12 @@ import os
 import sys
 
 
-def add_allocators(parser, repo):
+def add_allocators(parser):
     """--tally (the library measured as "tally": make passes the one it
-    built), --only and --alloc."""
-    parser.add_argument("--tally", default=os.path.join(repo, "build", "libtally.so"),
-                        metavar="PATH", help="tally's .so (default build/libtally.so)")
+    built), --only and --alloc. Without --tally, args.tally is None and
+    allocators.discover takes build/libtally.so when it exists."""
+    parser.add_argument("--tally", metavar="PATH", help="tally's .so (default "
+                        "build/libtally.so when built; a PATH given must exist)")
     parser.add_argument("--only", help="comma list of allocators to run")
     parser.add_argument("--alloc", action="append", default=[], metavar="NAME=PATH",
                         help="add an allocator .so (repeatable); also BENCH_ALLOCATORS")
@@ -17,7 +18,7 @@ def add_allocators(parser, repo):
 
 def add_common(parser, repo, here):
     """The allocator options, --bin-dir and --out-dir."""
-    add_allocators(parser, repo)
+    add_allocators(parser)
     parser.add_argument("--bin-dir", default=os.path.join(repo, "build", "bench"))
     parser.add_argument("--out-dir", default=os.path.join(here, "results"))
 
