@@ -188,7 +188,8 @@ static inline void bu_fill(void *p, size_t size, uint8_t tag, int full)
     if (full)
         memset(b, tag, size);
     b[0] = tag;
-    b[size - 1] = (uint8_t)~tag;
+    if (size > 1)            /* a 1-byte block's last byte is its first */
+        b[size - 1] = (uint8_t)~tag;
 }
 
 static inline void bu_verify(const void *p, size_t size, uint8_t tag,
@@ -198,7 +199,7 @@ static inline void bu_verify(const void *p, size_t size, uint8_t tag,
     const uint8_t inv = (uint8_t)~tag;
     if (size == 0)
         return;
-    if (b[0] != tag || b[size - 1] != inv)
+    if (b[0] != tag || (size > 1 && b[size - 1] != inv))
         bu_fail("%s: block %p (%zu B) lost its pattern", where, p, size);
 }
 
