@@ -330,6 +330,18 @@ static void heap_maybe_collect(struct heap *h)
     large_cache_expire(false);
 }
 
+void *heap_tick(struct heap *h, void *b)
+{
+    h->tick = HEAP_TICK;
+    if (os_now_ms() >= h->next_collect_ms ||
+        h->trim_epoch != atomic_load_explicit(&heap_trim_epoch, memory_order_relaxed)) {
+        heap_lock_own(h);
+        heap_maybe_collect(h);
+        heap_unlock_own(h);
+    }
+    return b;
+}
+
 /* Young heaps. A heap's first block of each class takes an OS page of
  * its own, and each class keeps the most blocks it ever held at once. A
  * thread that allocates a little and exits (threadchurn: 100 blocks of

@@ -93,7 +93,7 @@ EXPORT FAST_ENTRY void *malloc(size_t size)
     if (likely(size < malloc_fast_limit)) {
         struct block *b = take_inline(h, h->direct[(size + 15) >> 4]);
         if (likely(b != NULL))
-            return b;
+            return unlikely(--h->tick < 0) ? heap_tick(h, b) : b;
     } else if (size < malloc_medium_limit && size > SMALL_MAX) {
         /* A medium size (no direct[] slot): its class's current page, here,
          * without the layers between (a malloc+free pair of 50,000 B took
@@ -106,7 +106,7 @@ EXPORT FAST_ENTRY void *malloc(size_t size)
          * an 80 B block, 16..64 B an index far past current[]. */
         struct block *b = take_inline(h, h->current[sizeclass_of_medium(size)]);
         if (b != NULL)
-            return b;
+            return unlikely(--h->tick < 0) ? heap_tick(h, b) : b;
     }
     return malloc_slow(size, CALLER);
 }
