@@ -313,13 +313,18 @@ void heap_tidy_own(struct heap *h, uint64_t now, uint64_t delay)
     heap_unlock_own(h);
 }
 
-/* The periodic sweep, run from the allocation slow path. */
-static void heap_maybe_collect(struct heap *h)
+/* Whether h's periodic sweep is due: its interval passed, or a
+ * malloc_trim asked every heap to purge (the epoch). */
+static bool heap_sweep_due(const struct heap *h, uint64_t now)
 {
-    uint64_t now = os_now_ms();
+    return now >= h->next_collect_ms ||
+           h->trim_epoch != atomic_load_explicit(&heap_trim_epoch, memory_order_relaxed);
+}
+
+/* The periodic sweep, with the trim lock held (or h shared). */
+static void heap_sweep(struct heap *h, uint64_t now)
+{
     uint64_t epoch = atomic_load_explicit(&heap_trim_epoch, memory_order_relaxed);
-    if (now < h->next_collect_ms && h->trim_epoch == epoch)
-        return;
     uint64_t delay = h->trim_epoch == epoch ? init_purge_delay_ms() : 0;
     h->trim_epoch = epoch;
     heap_send_home(h, delay != 0);
@@ -330,13 +335,23 @@ static void heap_maybe_collect(struct heap *h)
     large_cache_expire(false);
 }
 
+/* The periodic sweep, run from the allocation slow path. */
+static void heap_maybe_collect(struct heap *h)
+{
+    uint64_t now = os_now_ms();
+    if (heap_sweep_due(h, now))
+        heap_sweep(h, now);
+}
+
+/* From malloc's fast path every HEAP_TICK blocks: the due check needs no
+ * lock (only h's thread writes what it reads), the sweep does. */
 void *heap_tick(struct heap *h, void *b)
 {
     h->tick = HEAP_TICK;
-    if (os_now_ms() >= h->next_collect_ms ||
-        h->trim_epoch != atomic_load_explicit(&heap_trim_epoch, memory_order_relaxed)) {
+    uint64_t now = os_now_ms();
+    if (heap_sweep_due(h, now)) {
         heap_lock_own(h);
-        heap_maybe_collect(h);
+        heap_sweep(h, now);
         heap_unlock_own(h);
     }
     return b;

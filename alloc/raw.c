@@ -12,16 +12,22 @@
 
 #include <string.h>
 
-/* exact: see heap_alloc_slow. When the OS refuses a segment, the large
- * cache gives way (large_cache.h) and the heap tries once more; here, not
- * in the heap, since a shared heap's lock must not be held while the
- * cache's is taken (fork takes the cache's first). */
-static void *alloc_in_class(unsigned cls, bool exact)
+/* exact: see heap_alloc_slow. */
+static void *alloc_in_class_once(unsigned cls, bool exact)
 {
     struct heap *h = heap_get();
-    void *p = h ? heap_alloc(h, cls, exact) : heap_alloc_shared(SHARED_ORPHAN, cls, exact);
+    return h ? heap_alloc(h, cls, exact) : heap_alloc_shared(SHARED_ORPHAN, cls, exact);
+}
+
+/* When the OS refuses a segment, the large cache gives way (large_cache.h)
+ * and the heap tries once more; here, not in the heap, since a shared
+ * heap's lock must not be held while the cache's is taken (fork takes the
+ * cache's first). */
+static void *alloc_in_class(unsigned cls, bool exact)
+{
+    void *p = alloc_in_class_once(cls, exact);
     if (unlikely(!p) && large_cache_expire(true))
-        p = h ? heap_alloc(h, cls, exact) : heap_alloc_shared(SHARED_ORPHAN, cls, exact);
+        p = alloc_in_class_once(cls, exact);
     return p;
 }
 
