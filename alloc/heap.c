@@ -19,6 +19,7 @@
 #include "init.h"
 #include "large_cache.h"
 #include "remote.h"
+#include "background.h"
 #include "../instrument/hooks.h"
 
 #include <sched.h>
@@ -333,6 +334,7 @@ static void heap_sweep(struct heap *h, uint64_t now)
     h->next_collect_ms = now + (interval ? interval : 1);
     heap_tidy_abandoned(now);
     large_cache_expire(false);
+    background_poke();
 }
 
 /* The periodic sweep, run from the allocation slow path. */
@@ -353,6 +355,7 @@ void *heap_tick(struct heap *h, void *b)
         heap_lock_own(h);
         heap_sweep(h, now);
         heap_unlock_own(h);
+        background_resume();
     }
     return b;
 }
@@ -538,6 +541,7 @@ void *heap_alloc_slow(struct heap *h, unsigned cls, bool exact)
     heap_lock_own(h);
     void *p = alloc_slow_locked(h, cls, exact);
     heap_unlock_own(h);
+    background_resume();
     return p;
 }
 

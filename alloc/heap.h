@@ -35,8 +35,8 @@ struct heap {
      * heap_trim_other). */
     uint8_t trim_lock;
     uint16_t pages_taken;                 /* pages set up for a class, while young */
-    int32_t tick;                         /* blocks malloc's fast path may hand
-                                             out before it looks at the clock */
+    int32_t tick;                         /* fast-path mallocs and slow-path
+                                             frees before it looks at the clock */
     uint64_t next_collect_ms;
     uint64_t next_small_sweep_ms;
     uint64_t last_sweep_ms;               /* atomic: other threads read it */
@@ -79,7 +79,9 @@ HIDDEN struct heap *heap_get(void);
  * the fast path (a server after a peak, serving small requests from its
  * current pages) never gave back what it had freed: redis after FLUSHALL
  * kept 198 MB. So every HEAP_TICK blocks the fast path hands out, it
- * takes heap_tick, which sweeps when a sweep is due and returns b. */
+ * takes heap_tick, which sweeps when a sweep is due and returns b. The
+ * frees that take the slow path (medium blocks, a full page's first) count
+ * too (raw.c, free_owned). */
 #define HEAP_TICK 256
 HIDDEN void *heap_tick(struct heap *h, void *b);
 HIDDEN void heap_set_current(struct heap *h, unsigned cls, struct page *pg);
@@ -113,6 +115,11 @@ HIDDEN void heap_tidy(struct heap *h, uint64_t now, uint64_t delay);
 /* heap_tidy for the caller's own heap: its kept blocks and gathered
  * remote frees go home first. */
 HIDDEN void heap_tidy_own(struct heap *h, uint64_t now, uint64_t delay);
+/* How long a heap's thread must go without a sweep before other threads
+ * give back its empty pages (heap_life.c). */
+HIDDEN uint64_t heap_idle_ms(void);
+/* The background thread's pass over every heap (heap_life.c). */
+HIDDEN uint64_t heap_background_pass(uint64_t now, bool *gave);
 /* Sweeps the pool of parked heaps, unless another thread is at it. */
 HIDDEN void heap_tidy_abandoned(uint64_t now);
 /* The bytes h keeps of other heaps' blocks (remote.h). */

@@ -153,6 +153,12 @@ static void heap_tidy_pool(uint64_t now, uint64_t delay)
 #define IDLE_MIN_MS  1000
 static uint64_t next_idle_scan_ms;      /* atomic */
 
+uint64_t heap_idle_ms(void)
+{
+    uint64_t delay = init_purge_delay_ms();
+    return 10 * delay > IDLE_MIN_MS ? 10 * delay : IDLE_MIN_MS;
+}
+
 /* Trims the other threads' heaps that have not swept for `idle` ms
  * (every one when idle is 0, as malloc_trim asks). Under heap_lock, so no
  * fork runs meanwhile and no heap changes hands. */
@@ -181,9 +187,45 @@ void heap_tidy_abandoned(uint64_t now)
         heap_tidy_pool(now, delay);
     if (scan) {
         __atomic_store_n(&next_idle_scan_ms, now + IDLE_SCAN_MS, __ATOMIC_RELAXED);
-        heap_trim_others(now, 10 * delay > IDLE_MIN_MS ? 10 * delay : IDLE_MIN_MS);
+        heap_trim_others(now, heap_idle_ms());
     }
     lock_give(&heap_lock);
+}
+
+/* The background thread's pass (background.c): what the allocating
+ * threads' sweeps do for the process, for when none of them runs any more.
+ * Parked heaps with the purge delay, the empty pages of heaps idle past
+ * the threshold above, the shared heaps, and the large cache. Returns the
+ * time of the newest sweep of an active heap (background.c backs off while
+ * it stays the same); *gave says whether this pass gave memory back. */
+uint64_t heap_background_pass(uint64_t now, bool *gave)
+{
+    struct os_counters before, after;
+    os_counters_read(&before);
+    uint64_t delay = init_purge_delay_ms();
+    uint64_t newest = 0;
+    lock_take(&heap_lock);
+    heap_tidy_pool(now, delay);
+    for (unsigned t = 1; t <= heap_count; t++) {
+        struct heap *o = heap_table[t];
+        uint64_t last = __atomic_load_n(&o->last_sweep_ms, __ATOMIC_RELAXED);
+        if (o->state == HEAP_ACTIVE && last > newest)
+            newest = last;
+    }
+    heap_trim_others(now, heap_idle_ms());
+    lock_give(&heap_lock);
+    for (int i = 0; i < SHARED_COUNT; i++) {
+        if (!lock_try(&shared[i].lock))
+            continue;
+        if (shared[i].heap)
+            heap_tidy(shared[i].heap, now, delay);
+        lock_give(&shared[i].lock);
+    }
+    large_cache_expire(false);
+    os_counters_read(&after);
+    *gave = after.purged_bytes != before.purged_bytes ||
+            after.calls[OS_MUNMAP] != before.calls[OS_MUNMAP];
+    return newest;
 }
 
 void heap_thread_exit(void *arg)

@@ -16,6 +16,7 @@
 #include "segment.h"
 #include "large_cache.h"
 #include "lock.h"
+#include "background.h"
 #include "../instrument/options.h"
 #include "../instrument/hooks.h"
 
@@ -52,6 +53,7 @@ static void init_fork_child(void)
     lock_held_for_fork = false;
     heap_fork_child();
     large_cache_fork_child();
+    background_fork_child();
     hooks_fork_child();
 }
 
@@ -84,6 +86,7 @@ __attribute__((constructor(101))) static void init_at_load(void)
 {
     init_ensure();
     options_load_env();
+    background_update();        /* background=1: libc is ready for threads now */
 }
 
 uint64_t init_purge_delay_ms(void) { return option(OPT_PURGE_DELAY); }

@@ -8,6 +8,7 @@
 #include "os.h"
 #include "init.h"
 #include "lock.h"
+#include "background.h"
 
 #include <pthread.h>
 
@@ -66,6 +67,7 @@ void large_cache_put(void *base, size_t size, const struct large_maps *m)
     lock_give(&cache_lock);
     for (unsigned i = 0; i < n_evicted; i++)
         os_unmap(evicted[i].base, evicted[i].size);
+    background_poke();          /* it expires the entry if nobody else does */
 }
 
 /* The entry that covers `need` most closely, else the largest, of those

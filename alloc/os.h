@@ -40,6 +40,8 @@
 
 #include "internal.h"
 
+#include <stdatomic.h>
+
 enum os_call { OS_MMAP, OS_MUNMAP, OS_MREMAP, OS_MADVISE, OS_CALLS };
 
 struct os_counters {
@@ -90,6 +92,11 @@ HIDDEN void  os_counters_read(struct os_counters *out);
  * and nanoseconds (timing mode). os_clock.c. */
 HIDDEN uint64_t os_now_ms(void);
 HIDDEN uint64_t os_now_ns(void);
+/* Sleeps up to `ms` unless *word no longer reads `seen`, or until
+ * os_wake(word), which bumps *word first (os_clock.c). A signal or a
+ * spurious wake-up returns early: callers loop. */
+HIDDEN void os_wait_ms(_Atomic uint32_t *word, uint32_t seen, uint64_t ms);
+HIDDEN void os_wake(_Atomic uint32_t *word);
 /* Bytes of [p, p + size) resident in RAM (mincore), for statistics. */
 HIDDEN size_t os_resident(void *p, size_t size);
 

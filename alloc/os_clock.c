@@ -1,6 +1,7 @@
 /*
  * os_clock.c - the monotonic clock the sweep and timing mode read, taken
- * straight from the kernel's vDSO.
+ * straight from the kernel's vDSO; and the timed wait the background
+ * thread sleeps in (a futex: no lock to reset after fork, no allocation).
  *
  * Why not libc's clock_gettime: its code sits in a part of libc's text
  * that a program's own code seldom uses, and the first call faults in the
@@ -15,6 +16,7 @@
 #include "os.h"
 
 #include <elf.h>
+#include <linux/futex.h>
 #include <link.h>
 #include <string.h>
 #include <sys/auxv.h>
@@ -105,4 +107,16 @@ uint64_t os_now_ns(void)
     struct timespec ts;
     clock_read(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void os_wait_ms(_Atomic uint32_t *word, uint32_t seen, uint64_t ms)
+{
+    struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+    syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
+}
+
+void os_wake(_Atomic uint32_t *word)
+{
+    atomic_fetch_add_explicit(word, 1, memory_order_release);
+    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }

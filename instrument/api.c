@@ -5,6 +5,7 @@
 #include "../include/tally.h"
 #include "options.h"
 #include "../alloc/init.h"
+#include "../alloc/background.h"
 
 #include <errno.h>
 #include <string.h>
@@ -20,6 +21,7 @@ EXPORT int tally_option_set(const char *name, const char *value)
         errno = EINVAL;
         return -1;
     }
+    background_update();        /* background=0/1 starts or stops the thread */
     return 0;
 }
 

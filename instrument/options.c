@@ -59,6 +59,10 @@ HIDDEN const struct option_def options_table[OPT_COUNT] = {
     [OPT_SECURE] = NUM("secure", 0, 0, 1, true,
                        "guard pages after segments and large blocks, random slot order, "
                        "every free validated (applies to memory mapped after it is set)"),
+    [OPT_BACKGROUND] = NUM("background", 0, 0, 1, false,
+                           "1: a thread of tally's own gives back what threads that stopped "
+                           "calling malloc freed (after 1 s idle: 10 purge delays), what exited "
+                           "threads left and the large cache, in a process nobody allocates in"),
     [OPT_TEST_FAIL_MMAP] = NUM("test_fail_mmap", 0, 0, 1000000, false,
                                "tests only: the N-th next mmap/mremap fails (0: off)"),
 };

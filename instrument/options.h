@@ -25,6 +25,7 @@ enum option_id {
     OPT_REPORT,
     OPT_TEST_FAIL_MMAP,
     OPT_SECURE,
+    OPT_BACKGROUND,
     OPT_COUNT
 };
 

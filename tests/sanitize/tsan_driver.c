@@ -243,6 +243,7 @@ static void *control(void *arg)
         case 1: tally_stats_print(devnull, i & 8 ? TALLY_STATS_JSON : TALLY_STATS_TEXT); break;
         case 2: mallopt(M_MMAP_THRESHOLD, i & 16 ? 64 * 1024 : 512 * 1024); break;
         case 3: tally_option_set("purge_delay", delays[i % 3]); break;
+        case 4: tally_option_set("background", i & 256 ? "0" : "1"); break;
         default: break;
         }
         if (modes) {

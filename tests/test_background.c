@@ -1,0 +1,152 @@
+/*
+ * test_background.c - the background thread (option background=1): a
+ * process that freed a peak and then makes no call into tally gets its
+ * memory back; the thread is named, leaves when switched off, and a fork
+ * child gets one of its own.
+ */
+#include "helpers.h"
+#include "tally.h"
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#define PEAK (192u << 20)
+#define BLOCK 1000u
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
+    nanosleep(&ts, NULL);
+}
+
+/* Threads of this process named "tally-purge" (/proc, no malloc). */
+static int purge_threads(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[64], name[32] = { 0 };
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0)
+            continue;
+        ssize_t len = read(fd, name, sizeof name - 1);
+        close(fd);
+        if (len > 0 && strncmp(name, "tally-purge\n", 12) == 0)
+            n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Polls for up to `ms` until purge_threads() == want. */
+static bool purge_threads_become(int want, long ms)
+{
+    for (long t = 0; t < ms; t += 20) {
+        if (purge_threads() == want)
+            return true;
+        sleep_ms(20);
+    }
+    return purge_threads() == want;
+}
+
+/* Allocates and touches a PEAK of BLOCK-byte blocks, frees them all, then
+ * makes no call into tally while it watches its RSS for `ms`. Returns how
+ * much of the peak went back; *peak_out is the RSS at the peak. */
+static long peak_free_and_wait(long ms, long *peak_out)
+{
+    size_t n = PEAK / BLOCK;
+    void **v = mmap(NULL, n * sizeof *v, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(v, MAP_FAILED);
+    for (size_t i = 0; i < n; i++) {
+        v[i] = malloc(BLOCK);
+        memset(v[i], 0x5a, BLOCK);
+    }
+    long peak = rss_kib();
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    munmap(v, n * sizeof *v);
+    long low = peak;
+    for (long t = 0; t < ms && low > peak - 150 * 1024; t += 50) {
+        sleep_ms(50);
+        long now = rss_kib();
+        if (now < low)
+            low = now;
+    }
+    *peak_out = peak;
+    return peak - low;
+}
+
+Test(background, a_quiet_process_gets_back_what_it_freed, .timeout = 30)
+{
+    cr_assert_eq(tally_option_set("background", "1"), 0);
+    long peak;
+    long gone = peak_free_and_wait(3000, &peak);
+    cr_assert_gt(peak, 150 * 1024, "the peak is not resident: %ld KiB", peak);
+    cr_assert_gt(gone, 150 * 1024, "3 s after freeing a 192 MiB peak, %ld KiB went back",
+                 gone);
+}
+
+Test(background, the_thread_is_named_and_leaves_when_switched_off, .timeout = 30)
+{
+    cr_assert_eq(purge_threads(), 0, "no thread unless asked for");
+    cr_assert_eq(tally_option_set("background", "1"), 0);
+    cr_assert(purge_threads_become(1, 2000), "no tally-purge thread after background=1");
+    cr_assert_eq(tally_option_set("background", "1"), 0);
+    sleep_ms(100);
+    cr_assert_eq(purge_threads(), 1, "setting it twice starts a second thread");
+    cr_assert_eq(tally_option_set("background", "0"), 0);
+    cr_assert(purge_threads_become(0, 2000), "the thread is still there after background=0");
+    cr_assert_eq(tally_option_set("background", "1"), 0);
+    cr_assert(purge_threads_become(1, 2000), "background=1 again started no thread");
+}
+
+/* The child of a fork has no background thread; its first slow path
+ * starts one, and it does its work there too. */
+static void child_after_fork(void *arg)
+{
+    (void)arg;
+    if (purge_threads() != 0) {
+        fprintf(stderr, "the child inherited a thread?\n");
+        _exit(2);
+    }
+    void *tmp[300];             /* more than a page holds: slow paths */
+    for (int i = 0; i < 300; i++)
+        tmp[i] = malloc(3000);
+    for (int i = 0; i < 300; i++)
+        free(tmp[i]);
+    if (!purge_threads_become(1, 2000)) {
+        fprintf(stderr, "no tally-purge thread in the child\n");
+        _exit(3);
+    }
+    long peak;
+    long gone = peak_free_and_wait(3000, &peak);
+    if (gone < 150 * 1024) {
+        fprintf(stderr, "the child got back %ld KiB of %ld\n", gone, peak);
+        _exit(4);
+    }
+}
+
+Test(background, a_fork_child_starts_its_own_thread, .timeout = 30)
+{
+    cr_assert_eq(tally_option_set("background", "1"), 0);
+    cr_assert(purge_threads_become(1, 2000));
+    struct child_result r = run_in_child(child_after_fork, NULL);
+    cr_assert(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0, "child: status %d, %s",
+              r.status, r.err);
+}
+
+Test(background, the_option_reads_back_and_rejects_other_values)
+{
+    uint64_t v = 7;
+    cr_assert_eq(tally_option_get("background", &v), 0);
+    cr_assert_eq(v, 0);
+    cr_assert_eq(tally_option_set("background", "2"), -1);
+    cr_assert_eq(purge_threads(), 0);
+}
