@@ -21,7 +21,9 @@
  * if the option is off. Called at load (init.c) and from tally_option_set,
  * where the program is at a plain call; from inside malloc only by
  * background_resume, and there only with every tally lock released
- * (pthread_create allocates the new thread's TLS through malloc). */
+ * (pthread_create allocates the new thread's TLS through malloc): after
+ * a slow path of the thread's own heap, or after heap_alloc_shared has
+ * let go of a shared heap's lock. */
 HIDDEN void background_update(void);
 /* From a sweep: a thread that dozes (long sleeps, nothing to do) wakes up,
  * since there is work again. One relaxed load when it is not dozing. */

@@ -8,6 +8,7 @@
 #include "tally.h"
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <link.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -140,6 +141,97 @@ Test(background, a_fork_child_starts_its_own_thread, .timeout = 30)
     struct child_result r = run_in_child(child_after_fork, NULL);
     cr_assert(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0, "child: status %d, %s",
               r.status, r.err);
+}
+
+/* A fork child whose first slow path is on the orphan heap: a thread that
+ * exits, with a key destructor that allocates after tally's (its heap is
+ * gone, so the orphan heap serves it, under that heap's lock). The purge
+ * thread it starts there needs a fresh stack, whose TLS array glibc
+ * allocates with calloc, which goes to the orphan heap again. */
+static pthread_key_t late_key;
+static void *kept_block;
+
+static void *leave_a_free_block(void *arg)
+{
+    (void)arg;
+    kept_block = malloc(100);   /* the page stays current, one block free */
+    free(malloc(100));
+    return NULL;
+}
+
+static void allocate_late(void *v)
+{
+    (void)v;
+    free(malloc(100));
+}
+
+static void *exit_with_late_destructor(void *arg)
+{
+    (void)arg;
+    pthread_setspecific(late_key, (void *)1);
+    free(malloc(100));          /* the parked heap's free block: no slow path */
+    return NULL;
+}
+
+static void *wait_on_pipe(void *arg)
+{
+    char c;
+    read(*(int *)arg, &c, 1);
+    return NULL;
+}
+
+static int max_tls_modid(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    if (info->dlpi_tls_modid > *(size_t *)data)
+        *(size_t *)data = info->dlpi_tls_modid;
+    return 0;
+}
+
+static void child_orphan_first(void *arg)
+{
+    (void)arg;
+    alarm(5);                   /* a deadlock ends as SIGALRM */
+    pthread_key_create(&late_key, allocate_late);
+    /* Threads that hold every stack the child inherited in glibc's cache,
+     * so that the next thread needs a fresh one. */
+    static int fds[2];
+    if (pipe(fds) != 0)
+        _exit(5);
+    for (int i = 0; i < 8; i++) {
+        pthread_t b;
+        pthread_create(&b, NULL, wait_on_pipe, &fds[0]);
+    }
+    pthread_t t;
+    pthread_create(&t, NULL, exit_with_late_destructor, NULL);
+    pthread_join(t, NULL);
+}
+
+Test(background, a_fork_child_whose_first_slow_path_is_on_a_shared_heap, .timeout = 30)
+{
+    cr_assert_eq(tally_option_set("background", "1"), 0);
+    cr_assert(purge_threads_become(1, 2000));
+    /* A parked heap with a free block of 100 B in its current page; a
+     * small stack, which fits no default thread once cached. */
+    pthread_attr_t small;
+    pthread_attr_init(&small);
+    pthread_attr_setstacksize(&small, 64 << 10);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, &small, leave_a_free_block, NULL), 0);
+    pthread_join(t, NULL);
+    /* Free blocks of glibc's TLS array size on this thread's current page,
+     * so that the child's thread creations take no slow path. */
+    size_t modid = 0;
+    dl_iterate_phdr(max_tls_modid, &modid);
+    size_t dtv = (modid + 16) * 16;
+    static void *v[33];
+    for (int i = 0; i < 33; i++)
+        v[i] = malloc(dtv);
+    for (int i = 1; i < 33; i++)
+        free(v[i]);
+    struct child_result r = run_in_child(child_orphan_first, NULL);
+    cr_assert(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0,
+              "child: status %d (signal %d), %s", r.status, child_signal(&r), r.err);
 }
 
 Test(background, the_option_reads_back_and_rejects_other_values)
