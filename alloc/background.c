@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include "background.h"
 #include "heap.h"
+#include "large_cache.h"
 #include "os.h"
 #include "../instrument/options.h"
 
@@ -65,8 +66,12 @@ static void *bg_main(void *arg)
         uint64_t now = os_now_ms();
         uint64_t newest = heap_background_pass(now, &gave);
         /* Settled: nothing given back, no sweep since the last pass, and
-         * every heap idle long enough that this pass trimmed it. */
-        bool settled = !gave && newest == seen_sweep && now >= newest + heap_idle_ms();
+         * every heap idle long enough that this pass trimmed it. And an
+         * empty large cache: an entry put while it dozed woke it (the
+         * poke) before the entry expired, and kept it for a whole doze
+         * (10 s) had the pass that found it too young counted as idle. */
+        bool settled = !gave && !large_cache_holds() && newest == seen_sweep &&
+                       now >= newest + heap_idle_ms();
         if (!settled)
             sleep_ms = period;
         else if (sleep_ms < DOZE_MAX_MS)

@@ -116,6 +116,11 @@ unsigned large_cache_take(size_t size, struct large_piece out[LARGE_CACHE_SLOTS]
     return n;
 }
 
+bool large_cache_holds(void)
+{
+    return __atomic_load_n(&count, __ATOMIC_RELAXED) != 0;
+}
+
 static void cache_disarm(void)
 {
     __atomic_store_n(&armed, false, __ATOMIC_RELAXED);

@@ -53,6 +53,9 @@ HIDDEN unsigned large_cache_take(size_t size, struct large_piece out[LARGE_CACHE
  * (then retried): cached blocks stay charged to the address space limit
  * and the commit limit, and they are the program's freed memory. */
 HIDDEN bool large_cache_expire(bool all);
+/* Whether the cache holds any entry (one relaxed load): the background
+ * thread does not doze while one waits to expire. */
+HIDDEN bool large_cache_holds(void);
 HIDDEN void large_cache_fork_prepare(void);
 HIDDEN void large_cache_fork_parent(void);
 HIDDEN void large_cache_fork_child(void);

@@ -234,6 +234,34 @@ Test(background, a_fork_child_whose_first_slow_path_is_on_a_shared_heap, .timeou
               "child: status %d (signal %d), %s", r.status, child_signal(&r), r.err);
 }
 
+static bool still_mapped(void *p)
+{
+    unsigned char v;
+    return mincore((void *)((uintptr_t)p & ~(uintptr_t)4095), 4096, &v) == 0;
+}
+
+/* A large block freed while the thread dozes: its poke wakes the thread,
+ * and the entry must not then wait out a whole doze (up to 10 s) but go
+ * back once it expires (LARGE_CACHE_EXPIRE_MS, 1 s). */
+Test(background, a_large_block_freed_while_it_dozes_goes_back_in_time, .timeout = 30)
+{
+    cr_assert_eq(tally_option_set("background", "1"), 0);
+    size_t size = 2u << 20;
+    void *p = malloc(size);
+    memset(p, 1, size);
+    free(p);                    /* a large free, then a large request: */
+    p = malloc(size);           /* the cache is armed */
+    memset(p, 1, size);
+    sleep_ms(6000);             /* quiet: the thread dozes (4 s by now) */
+    free(p);
+    long waited = 0;
+    while (still_mapped(p) && waited < 3000) {
+        sleep_ms(20);
+        waited += 20;
+    }
+    cr_assert(!still_mapped(p), "the cached block is still mapped 3 s after its free");
+}
+
 Test(background, the_option_reads_back_and_rejects_other_values)
 {
     uint64_t v = 7;
