@@ -54,11 +54,14 @@ static void *bg_main(void *arg)
     (void)arg;
     pthread_setname_np(pthread_self(), "tally-purge");
     uint64_t sleep_ms = bg_period_ms(), seen_sweep = 0;
+    uint32_t seen = atomic_load_explicit(&bg_word, memory_order_acquire);
     for (;;) {
         uint64_t period = bg_period_ms();
-        uint32_t seen = atomic_load_explicit(&bg_word, memory_order_acquire);
         __atomic_store_n(&bg_dozing, sleep_ms > period, __ATOMIC_RELAXED);
         os_wait_ms(&bg_word, seen, sleep_ms);
+        /* Read before the option and the pass: a wake-up (background=0)
+         * that lands during the pass ends the next wait at once. */
+        seen = atomic_load_explicit(&bg_word, memory_order_acquire);
         __atomic_store_n(&bg_dozing, false, __ATOMIC_RELAXED);
         if (!bg_wanted())
             return NULL;
@@ -119,10 +122,12 @@ void background_poke(void)
         os_wake(&bg_word);
 }
 
+/* The option, not the parent's state: a fork in the moment a thread
+ * switched off and on again lets go of its state and takes it back
+ * (bg_wanted) would leave the child without one. */
 void background_fork_child(void)
 {
-    bool was = atomic_load(&bg_state) == BG_RUNNING;
     atomic_store(&bg_state, BG_NONE);
     __atomic_store_n(&bg_dozing, false, __ATOMIC_RELAXED);
-    __atomic_store_n(&background_lost, was, __ATOMIC_RELAXED);
+    __atomic_store_n(&background_lost, option(OPT_BACKGROUND) != 0, __ATOMIC_RELAXED);
 }
