@@ -7,7 +7,10 @@
  *
  * Samples go to per-thread tables (mapped from the OS, never freed, so a
  * thread's numbers survive its exit), summed when read: no atomics and no
- * shared cache lines on the timed path.
+ * shared cache lines on the timed path. An exited thread's table goes to
+ * the next new thread, counts and all (the sums do not care whose table a
+ * sample is in): a table per thread ever made grew a program of short
+ * threads by 32 KiB of RSS each, without bound.
  */
 #define _GNU_SOURCE
 #include "timing.h"
@@ -30,12 +33,23 @@ struct timing_cell {
 
 struct timing_thread {
     struct timing_thread *next;
+    struct timing_thread *spare_next;
     struct timing_cell cell[HOOK_OPS][TIMING_CLASSES];
     uint64_t minflt[HOOK_OPS], majflt[HOOK_OPS];
 };
 
 static struct timing_thread *_Atomic threads;
 static __thread struct timing_thread *tls_timing TLS_IE;
+/* Exited threads' tables, for new threads (linked by `spare_next`), and
+ * the table for samples a thread makes after its table went back (later
+ * key destructors, glibc's late frees): under table_lock, which fork()
+ * takes (timing_fork_*). */
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct timing_thread *spare;
+static struct timing_thread *late;
+static pthread_key_t table_key;
+static bool table_key_made;
+static __thread bool tls_timing_gone TLS_IE;
 static double ns_per_tick = 1.0;
 static uint64_t overhead_ticks;
 static bool calibrated;      /* release-stored after the two above */
@@ -92,27 +106,80 @@ void timing_enable(void)
     __atomic_store_n(&os_time_calls, true, __ATOMIC_RELAXED);
 }
 
-void timing_fork_prepare(void) { pthread_mutex_lock(&calibrate_lock); }
-void timing_fork_parent(void) { pthread_mutex_unlock(&calibrate_lock); }
+void timing_fork_prepare(void)
+{
+    pthread_mutex_lock(&calibrate_lock);
+    pthread_mutex_lock(&table_lock);
+}
+
+void timing_fork_parent(void)
+{
+    pthread_mutex_unlock(&table_lock);
+    pthread_mutex_unlock(&calibrate_lock);
+}
+
+/* Tables of the parent's other threads stay theirs (on `threads`, not
+ * spare): their counts still add up, and the child has no thread to
+ * give them back. */
 void timing_fork_child(void)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     calibrate_lock = fresh;
+    table_lock = fresh;
 }
 
-static struct timing_thread *timing_thread(void)
+static struct timing_thread *table_new(void)
 {
-    struct timing_thread *t = tls_timing;
-    if (t)
-        return t;
-    t = os_map(align_up(sizeof *t, OS_PAGE));
+    struct timing_thread *t = os_map(align_up(sizeof *t, OS_PAGE));
     if (!t)
         return NULL;
     t->next = atomic_load(&threads);
     while (!atomic_compare_exchange_weak(&threads, &t->next, t))
         ;
+    return t;
+}
+
+/* Key destructor: the thread's table becomes a spare. Its later samples
+ * go to the `late` table (timing_end). */
+static void table_give_back(void *arg)
+{
+    struct timing_thread *t = arg;
+    tls_timing = NULL;
+    tls_timing_gone = true;
+    lock_take(&table_lock);
+    t->spare_next = spare;
+    spare = t;
+    lock_give(&table_lock);
+}
+
+/* The caller's table: its own, else a spare, else a new one. NULL when
+ * the thread's table went back (the caller then takes `late` under
+ * table_lock) or out of memory. Runs inside a hook (tls_in_hook), so the
+ * calloc pthread_setspecific may make is not timed. */
+static struct timing_thread *timing_thread(void)
+{
+    struct timing_thread *t = tls_timing;
+    if (t || tls_timing_gone)
+        return t;
+    lock_take(&table_lock);
+    if (!table_key_made)
+        table_key_made = pthread_key_create(&table_key, table_give_back) == 0;
+    bool keyed = table_key_made;
+    if ((t = spare))
+        spare = t->spare_next;
+    lock_give(&table_lock);
+    if (!t && !(t = table_new()))
+        return NULL;
+    /* Without a key (none left) the table is the thread's for good, as
+     * before. */
+    if (keyed)
+        pthread_setspecific(table_key, t);
     return tls_timing = t;
 }
+
+static void cell_record(struct timing_thread *t, const struct timing_mark *m,
+                        const struct rusage *ru, enum hook_op op, size_t size,
+                        uint64_t ticks);
 
 void timing_begin(struct timing_mark *m)
 {
@@ -143,19 +210,35 @@ void timing_end(const struct timing_mark *m, enum hook_op op, size_t size)
      * calibrated; their first few samples are dropped, not misfiled. */
     if (!__atomic_load_n(&calibrated, __ATOMIC_ACQUIRE))
         return;
-    struct timing_thread *t = timing_thread();
-    if (!t)
-        return;
     uint64_t ticks = t1 - m->t0;
     ticks = ticks > overhead_ticks ? ticks - overhead_ticks : 0;
+    struct timing_thread *t = timing_thread();
+    if (t) {
+        cell_record(t, m, &ru, op, size, ticks);
+        return;
+    }
+    if (!tls_timing_gone)
+        return;                 /* out of memory */
+    lock_take(&table_lock);
+    if (!late)
+        late = table_new();
+    if (late)
+        cell_record(late, m, &ru, op, size, ticks);
+    lock_give(&table_lock);
+}
+
+static void cell_record(struct timing_thread *t, const struct timing_mark *m,
+                        const struct rusage *ru, enum hook_op op, size_t size,
+                        uint64_t ticks)
+{
     struct timing_cell *c = &t->cell[op][timing_class(size)];
     c->count++;
     c->ticks += ticks;
     if (ticks > c->max_ticks)
         c->max_ticks = ticks;
     c->buckets[bucket_of((uint64_t)((double)ticks * ns_per_tick))]++;
-    t->minflt[op] += (uint64_t)(ru.ru_minflt - m->minflt);
-    t->majflt[op] += (uint64_t)(ru.ru_majflt - m->majflt);
+    t->minflt[op] += (uint64_t)(ru->ru_minflt - m->minflt);
+    t->majflt[op] += (uint64_t)(ru->ru_majflt - m->majflt);
 }
 
 /* ---- reading ----------------------------------------------------------- */
