@@ -328,6 +328,20 @@ size_t debug_live_size(void *p)
     return h && h->state == BLOCK_LIVE ? h->size : 0;
 }
 
+/* A shrink when no new block can be had: the debug block keeps its place,
+ * with the rear fence moved up to the new size. Under the lock, since
+ * tally_check reads the size and the fence together. */
+static void *debug_shrink_in_place(void *p, size_t size)
+{
+    struct debug_hdr *h = (struct debug_hdr *)p - 1;
+    lock_take(&debug_lock);
+    h->size = size;
+    h->check = hdr_check(h);
+    memset((uint8_t *)p + size, FENCE_BYTE, FENCE_SIZE);
+    lock_give(&debug_lock);
+    return p;
+}
+
 void *debug_realloc(void *p, size_t size, const void *site)
 {
     size_t old_size;
@@ -347,6 +361,11 @@ void *debug_realloc(void *p, size_t size, const void *site)
         old_size = raw_usable_size(p, "realloc");
     }
     void *q = debug_alloc(size, MIN_ALIGN, false, site);
+    /* A shrink never fails, as in plain mode (raw_realloc): code counts on
+     * it, and debug mode must not turn `p = realloc(p, smaller)` into a
+     * crash when memory runs out. */
+    if (!q && size <= old_size)
+        return was_debug ? debug_shrink_in_place(p, size) : raw_realloc(p, size, "realloc");
     if (!q)
         return NULL;
     memcpy(q, p, old_size < size ? old_size : size);

@@ -402,3 +402,40 @@ Test(debug, a_misuse_found_while_another_thread_checks_still_aborts, .timeout = 
     cr_assert_eq(child_signal(&r), SIGABRT, "%s", r.err + strlen(r.err) / 2);
     cr_assert(strstr(r.err, "free(): double free"), "%s", r.err);
 }
+
+/* As in plain mode (oom::a_shrinking_realloc_never_fails), a shrink never
+ * fails: before, debug mode always moved the block and returned NULL with
+ * ENOMEM when the new block's mapping was refused. */
+static void shrink_with_the_mmap_refused(void *arg)
+{
+    (void)arg;
+    unsigned char *plain = malloc(2 << 20);
+    debug_on();
+    unsigned char *dbg = malloc(2 << 20);
+    if (!plain || !dbg)
+        _exit(10);
+    memset(plain, 7, 2 << 20);
+    memset(dbg, 8, 2 << 20);
+    tally_option_set("test_fail_mmap", "1");
+    unsigned char *a = realloc(dbg, 1 << 20);
+    tally_option_set("test_fail_mmap", "1");
+    unsigned char *b = realloc(plain, 1 << 20);
+    tally_option_set("test_fail_mmap", "0");
+    if (!a || !b)
+        _exit(11);
+    if (a[0] != 8 || a[(1 << 20) - 1] != 8 || b[0] != 7 || b[(1 << 20) - 1] != 7)
+        _exit(12);
+    if (malloc_usable_size(a) != 1 << 20 || tally_check() != 0)
+        _exit(13);
+    free(a);
+    free(b);
+    _exit(0);
+}
+
+Test(debug, a_shrinking_realloc_never_fails)
+{
+    struct child_result r = run_in_child(shrink_with_the_mmap_refused, NULL);
+    cr_assert(WIFEXITED(r.status), "child crashed: %s", r.err);
+    cr_assert_eq(WEXITSTATUS(r.status), 0, "child failed step %d: %s", WEXITSTATUS(r.status),
+                 r.err);
+}
