@@ -70,7 +70,7 @@ test-deps:
 
 TEST_PROGS := $(BUILD)/tests/prog_plain $(BUILD)/tests/prog_static $(BUILD)/tests/prog_cxx \
               $(BUILD)/tests/prog_overflow $(BUILD)/tests/prog_memcheck \
-              $(BUILD)/tests/prog_atfork_first
+              $(BUILD)/tests/prog_atfork_first $(BUILD)/tests/prog_shrink_refused
 
 $(TEST_BIN): $(TEST_SRC) tests/helpers.h $(LIB_SO) $(LIB_TOOL) $(TEST_PROGS)
 	@mkdir -p $(dir $@)
@@ -97,6 +97,10 @@ $(BUILD)/tests/prog_memcheck: tests/progs/memcheck_bugs.c
 $(BUILD)/tests/prog_atfork_first: tests/progs/atfork_first.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -o $@ $<
+
+$(BUILD)/tests/prog_shrink_refused: tests/progs/shrink_refused.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -o $@ $< -ldl
 
 $(BUILD)/tests/prog_cxx: tests/progs/uses_new.cc
 	@mkdir -p $(dir $@)

@@ -190,6 +190,10 @@ static void *realloc_for_valgrind(void *p, size_t size, const void *site)
     if (q) {
         memcpy(q, p, old < size ? old : size);
         hooks_free(p, site);
+    } else if (size <= old) {
+        /* A shrink never fails (raw_realloc): p holds the new size as it
+         * is, and memcheck's record of it stays true. */
+        q = p;
     }
     return q;
 }

@@ -71,6 +71,22 @@ Test(linking, memcheck_sees_tally_blocks, .timeout = 120)
     cr_assert(strstr(out, "hooks_free"), "the free went through tally: %s", out);
 }
 
+/* Under memcheck realloc is always allocate-copy-free; a shrink whose new
+ * block was refused returned NULL with ENOMEM there before, where tally
+ * otherwise never fails a shrink (oom::a_shrinking_realloc_never_fails). */
+Test(linking, a_shrink_under_memcheck_never_fails, .timeout = 120)
+{
+    char out[8192], cmd[1024];
+    if (run_cmd("command -v valgrind", out, sizeof out) != 0)
+        cr_skip_test("valgrind is not installed");
+    snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s ./prog_shrink_refused", tally_lib());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "plain: %s", out);
+    snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s valgrind -q --soname-synonyms=somalloc=nouserintercept "
+             "--error-exitcode=9 ./prog_shrink_refused 2>&1", tally_lib());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_str_eq(out, "done\n");
+}
+
 /* A set-user-ID program ignores TALLY_OPTIONS, as glibc ignores its
  * MALLOC_ variables there: otherwise whoever runs it could have it create
  * and append to any file as its owner (`report=`). Needs root to make the
