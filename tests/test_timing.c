@@ -288,3 +288,27 @@ Test(timing, short_threads_do_not_grow_the_timing_tables, .timeout = 60)
                  (unsigned long long)before.mapped_bytes,
                  (unsigned long long)after.mapped_bytes, THREADS);
 }
+
+/* A request above a lowered mmap_threshold is served by a mapping of its
+ * own, and its latency (an mmap) belongs in the "large" row. It was filed
+ * under the medium class its size would have had at the default threshold
+ * (mmap_threshold=64k: malloc(100000) showed as "class 106496", large 0). */
+Test(timing, a_request_above_a_lowered_threshold_is_filed_as_large)
+{
+    cr_assert_eq(tally_option_set("mmap_threshold", "64k"), 0);
+    cr_assert_eq(tally_option_set("timing", "1"), 0);
+    tally_timing_reset();
+    struct tally_stats before = { .size = sizeof before }, after = { .size = sizeof after };
+    tally_stats_get(&before);
+    void *volatile p = malloc(100000);
+    tally_stats_get(&after);
+    free(p);
+    struct tally_timing_op medium, large;
+    tally_timing_get_class(TALLY_OP_MALLOC, 100000, &medium);
+    tally_timing_get_class(TALLY_OP_MALLOC, (size_t)1 << 30, &large);
+    cr_assert_eq(tally_option_set("timing", "0"), 0);
+    cr_assert_eq(tally_option_set("mmap_threshold", "512k"), 0);
+    cr_assert_eq(after.large_count, before.large_count + 1, "served by a mapping of its own");
+    cr_assert_eq(large.count, 1, "filed as large");
+    cr_assert_eq(medium.count, 1, "the query for its size reads the same row");
+}
