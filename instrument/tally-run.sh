@@ -31,7 +31,15 @@ while [ $# -gt 0 ]; do
         --timing) add timing=1; mode=1 ;;
         --stats) add stats=1; mode=1 ;;
         --backtrace=*) add "backtrace=${1#*=}" ;;
-        --report=*) add "report=${1#*=}" ;;
+        --report=*)
+            # TALLY_OPTIONS splits at commas: the report would go to the
+            # path's first part and the rest be read as options.
+            case ${1#*=} in
+                *,*) echo "tally: cannot write the report to ${1#*=}: TALLY_OPTIONS splits" \
+                          "at commas (choose a path without one)" >&2
+                     exit 1 ;;
+            esac
+            add "report=${1#*=}" ;;
         --options=*) add "${1#*=}" ;;
         --) shift; break ;;
         -h|--help) usage ;;

@@ -59,3 +59,18 @@ Test(abi, runner_preloads_and_reports)
                          out, sizeof out), 1);
     cr_assert(strstr(out, "tally: cannot preload"), "%s", out);
 }
+
+/* TALLY_OPTIONS splits at commas: a --report path with one went to the
+ * file named by its first part (and the rest was read as options, here
+ * "b", with a warning). The runner refuses it, as it does a library path
+ * the loader would split. */
+Test(abi, runner_refuses_a_report_path_with_a_comma)
+{
+    char out[8192];
+    int rc = run_cmd("d=$(mktemp -d /tmp/tally-comma-XXXXXX) && "
+                     "../tally run --report=\"$d/a,b\" -- ./prog_plain 2>&1; rc=$?; "
+                     "ls \"$d\"; rm -rf \"$d\"; exit $rc", out, sizeof out);
+    cr_assert_neq(rc, 0, "ran anyway: %s", out);
+    cr_assert(strstr(out, "tally: cannot write the report to"), "%s", out);
+    cr_assert(!strstr(out, "allocated=yes"), "the program ran: %s", out);
+}
