@@ -41,6 +41,12 @@ static unsigned kind_of_class(unsigned cls) { return cls < NUM_SMALL_CLASSES ? 0
 
 void heap_set_current(struct heap *h, unsigned cls, struct page *pg)
 {
+    /* A page hands out blocks only while it is current (and when it lends,
+     * heap_borrow): blocks handed out from here on and freed before the
+     * next sweep leave `used` where the last partial purge saw it, and
+     * heap_sweep_live_page would never look again. */
+    if (pg != &page_empty && !heap_is_kept(h, pg))
+        pg->swept_used = UINT32_MAX;
     h->current[cls] = pg;
     if (cls >= NUM_SMALL_CLASSES)
         return;
@@ -98,6 +104,8 @@ void heap_page_unfull(struct heap *h, struct page *pg)
 /* Returns a block to its page; a full page goes back on its queue. */
 static void heap_free_block(struct heap *h, struct page *pg, struct block *b)
 {
+    if (pg->flags & PAGE_MEDIUM)
+        page_medium_freed(pg);
     block_set_next(b, pg->free);
     pg->free = b;
     pg->used--;
@@ -446,6 +454,7 @@ static struct block *heap_borrow(struct heap *h, unsigned cls)
                 if (h->current[cls] != &page_empty)
                     heap_set_current(h, cls, &page_empty);
                 h->borrowed[cls]++;
+                q->swept_used = UINT32_MAX;     /* as in heap_set_current */
                 return page_try_pop(q);
             }
         }

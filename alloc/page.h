@@ -58,6 +58,17 @@ HIDDEN void page_purge_tail(struct page *pg);
  * the work. */
 HIDDEN void page_purge_free_blocks(struct page *pg);
 
+/* A medium block of pg is coming back: the sweep must look at pg again.
+ * A medium page goes on handing out blocks while it is current after its
+ * free blocks were purged, and a block taken and freed between two sweeps
+ * leaves `used` where the purge left it: `swept_used` alone never saw it
+ * (8 blocks of 400 KB reused and freed stayed resident for good). Before
+ * the push: once the count drops, the page may be gone. */
+static inline void page_medium_freed(struct page *pg)
+{
+    pg->swept_used = UINT32_MAX;
+}
+
 /* The head of pg's free list, popped and counted as used, or NULL. */
 static ALWAYS_INLINE struct block *page_try_pop(struct page *pg)
 {

@@ -99,7 +99,10 @@ static ALWAYS_INLINE void free_owned(struct page *pg, struct block *b)
     if (unlikely(b == pg->free))
         diag_fail("free", "double free", b);
     /* Read first: a page that was not full may be gone after the push. */
-    bool full = pg->flags & PAGE_FULL;
+    uint16_t flags = pg->flags;
+    bool full = flags & PAGE_FULL;
+    if (flags & PAGE_MEDIUM)
+        page_medium_freed(pg);
     page_push_block(pg, b);
     struct heap *h = tls_heap;
     if (unlikely(full))

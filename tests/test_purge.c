@@ -738,3 +738,68 @@ Test(purge, a_thread_on_the_fast_path_gives_back_what_it_freed, .timeout = 30)
     fast_path_only(60000);
     fast_path_only(1000);
 }
+
+/* Sweeps a few times (purge_delay is small): the sweep runs on the slow
+ * path of another class. */
+static void sweep_a_few_times(void)
+{
+    for (int round = 0; round < 10; round++) {
+        sleep_ms(5);
+        allocate_a_little(3000);
+        allocate_a_little(5000);
+    }
+}
+
+/* The sweep purged a page's free memory once, then looked again only when
+ * `used` fell below what that purge saw: blocks handed out and freed
+ * since, back to the same count, stayed resident for good. */
+Test(purge, a_sparse_page_refilled_and_emptied_again_gives_back_again)
+{
+    enum { N = 10000, SIZE = 2000 };
+    static unsigned char *v[N];
+    cr_assert_eq(tally_option_set("purge_delay", "8"), 0);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < N; i++) {
+            if (!v[i]) {
+                v[i] = malloc(SIZE);
+                memset(v[i], round + 1, SIZE);
+            }
+        }
+        long full = rss_kib();
+        for (int i = 0; i < N; i++) {
+            if (i % 10) {
+                free(v[i]);
+                v[i] = NULL;
+            }
+        }
+        sweep_a_few_times();
+        long now = rss_kib();
+        cr_assert_lt(now, full - N * SIZE / 2048, "round %d: RSS %ld -> %ld KiB", round, full, now);
+    }
+    for (int i = 0; i < N; i += 10)
+        free(v[i]);
+}
+
+Test(purge, a_medium_page_gives_back_blocks_reused_since_its_last_purge)
+{
+    enum { N = 8, SIZE = 400000 };
+    cr_assert_eq(tally_option_set("purge_delay", "8"), 0);
+    void *volatile keep = malloc(SIZE);     /* keeps the page from retiring */
+    memset(keep, 1, SIZE);
+    unsigned char *v[N];
+    int after[2] = { 0, 0 };
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < N; i++) {
+            v[i] = malloc(SIZE);
+            memset(v[i], round + 2, SIZE);
+        }
+        for (int i = 0; i < N; i++)
+            free(v[i]);
+        sweep_a_few_times();
+        for (int i = 0; i < N; i++)
+            after[round] += resident_pages(v[i] + 4096, 64 * 4096);
+    }
+    free(keep);
+    cr_assert_leq(after[0], N, "first round: %d OS pages in RAM", after[0]);
+    cr_assert_leq(after[1], N, "second round: %d OS pages in RAM", after[1]);
+}
