@@ -105,7 +105,7 @@ void heap_page_unfull(struct heap *h, struct page *pg)
 static void heap_free_block(struct heap *h, struct page *pg, struct block *b)
 {
     if (pg->flags & PAGE_MEDIUM)
-        page_medium_freed(pg);
+        page_medium_freed(pg, b);
     block_set_next(b, pg->free);
     pg->free = b;
     pg->used--;

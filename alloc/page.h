@@ -55,18 +55,23 @@ HIDDEN void page_purge_tail(struct page *pg);
 /* Medium pages: hands back the OS pages inside each free block, keeping
  * the page that holds its link; the block stays on the free list and comes
  * back zero-filled. A mark in the block's second word avoids repeating
- * the work. */
+ * the work; a free clears it (page_medium_freed). */
 HIDDEN void page_purge_free_blocks(struct page *pg);
 
-/* A medium block of pg is coming back: the sweep must look at pg again.
+/* A medium block b of pg is coming back: the sweep must look at pg again.
  * A medium page goes on handing out blocks while it is current after its
  * free blocks were purged, and a block taken and freed between two sweeps
  * leaves `used` where the purge left it: `swept_used` alone never saw it
  * (8 blocks of 400 KB reused and freed stayed resident for good). Before
  * the push: once the count drops, the page may be gone. */
-static inline void page_medium_freed(struct page *pg)
+static inline void page_medium_freed(struct page *pg, struct block *b)
 {
     pg->swept_used = UINT32_MAX;
+    /* And b's purge mark goes (page_purge_free_blocks): it stayed on a
+     * block handed out again to a caller that never wrote the block's
+     * second word (a buffer filled from byte 16 on), and the sweep skipped
+     * that block for good, however much of it was written. */
+    ((uintptr_t *)b)[1] = 0;
 }
 
 /* The head of pg's free list, popped and counted as used, or NULL. */

@@ -102,7 +102,7 @@ static ALWAYS_INLINE void free_owned(struct page *pg, struct block *b)
     uint16_t flags = pg->flags;
     bool full = flags & PAGE_FULL;
     if (flags & PAGE_MEDIUM)
-        page_medium_freed(pg);
+        page_medium_freed(pg, b);
     page_push_block(pg, b);
     struct heap *h = tls_heap;
     if (unlikely(full))

@@ -803,3 +803,39 @@ Test(purge, a_medium_page_gives_back_blocks_reused_since_its_last_purge)
     cr_assert_leq(after[0], N, "first round: %d OS pages in RAM", after[0]);
     cr_assert_leq(after[1], N, "second round: %d OS pages in RAM", after[1]);
 }
+
+Test(purge, a_medium_block_reused_without_its_second_word_written_is_purged_again)
+{
+    /* The sweep purges the inside of a medium page's free blocks and
+     * marks them in their second word. A block handed out again and
+     * filled from byte 16 on kept that mark, and once freed the sweep
+     * skipped it: its pages stayed resident for good. */
+    enum { N = 8, SIZE = 400000 };
+    cr_assert_eq(tally_option_set("purge_delay", "8"), 0);
+    void *volatile keep = malloc(SIZE);     /* keeps the page from retiring */
+    memset(keep, 1, SIZE);
+    unsigned char *v[N];
+    for (int i = 0; i < N; i++) {
+        v[i] = malloc(SIZE);
+        memset(v[i], 2, SIZE);
+    }
+    for (int i = 0; i < N; i++)
+        free(v[i]);
+    sweep_a_few_times();
+    for (int i = 0; i < N; i++) {
+        v[i] = malloc(SIZE);
+        memset(v[i] + 16, 3, SIZE - 16);
+    }
+    int written = 0;
+    for (int i = 0; i < N; i++)
+        written += resident_pages(v[i] + 4096, 64 * 4096);
+    for (int i = 0; i < N; i++)
+        free(v[i]);
+    sweep_a_few_times();
+    int after = 0;
+    for (int i = 0; i < N; i++)
+        after += resident_pages(v[i] + 4096, 64 * 4096);
+    free(keep);
+    cr_assert_eq(written, N * 64);
+    cr_assert_leq(after, N, "%d -> %d OS pages in RAM", written, after);
+}
