@@ -60,14 +60,35 @@ static bool block_is_held(struct page *pg, uint32_t i, uint16_t held)
 
 /* The page ran dry: thread its held blocks back onto the free list (the
  * OS faults their pages in again as they are written) and pop one. */
+static uint32_t page_random(void);
+
 static NOINLINE struct block *page_unhold(struct page *pg)
 {
     uint16_t held = pg->held;
     pg->held = 0;
     struct block *head = NULL;
-    for (uint32_t i = pg->reserved; i-- > 0;)
-        if (block_is_held(pg, i, held))
-            list_prepend(&head, page_block(pg, i));
+    if (init_secure()) {
+        /* In random order, as secure mode carves (page_extend_shuffled):
+         * in address order the blocks of a purged run went out one beside
+         * the other. */
+        uint16_t order[MAX_BLOCKS];
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < pg->reserved; i++)
+            if (block_is_held(pg, i, held))
+                order[n++] = (uint16_t)i;
+        for (uint32_t i = n - 1; i > 0; i--) {
+            uint32_t j = page_random() % (i + 1);
+            uint16_t t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+        for (uint32_t i = 0; i < n; i++)
+            list_prepend(&head, page_block(pg, order[i]));
+    } else {
+        for (uint32_t i = pg->reserved; i-- > 0;)
+            if (block_is_held(pg, i, held))
+                list_prepend(&head, page_block(pg, i));
+    }
     pg->free = block_next(head);
     pg->used++;
     return head;
@@ -107,6 +128,24 @@ void page_purge_free_runs(struct page *pg)
     }
     if (!purgeable)
         return;
+    /* Off the list go the blocks the purge holds, the others keep their
+     * order: rebuilt in address order, a secure page's list lost its
+     * random order for good (2,655 of 2,999 mallocs after a purge got the
+     * block right after the previous one). Before the purge zeroes links. */
+    uint16_t held = pg->held | purgeable;
+    struct block *prev = NULL;
+    for (struct block *b = pg->free, *next; b; b = next) {
+        next = block_next(b);
+        if (block_is_held(pg, sizeclass_div((uint32_t)((uint8_t *)b - page_start(pg)), pg->cls),
+                          held)) {
+            if (prev)
+                block_set_next(prev, next);
+            else
+                pg->free = next;
+        } else {
+            prev = b;
+        }
+    }
     for (uint32_t k = 0; k < whole;) {
         uint32_t run = 0;
         while (k + run < whole && (purgeable & (1u << (k + run))))
@@ -115,12 +154,7 @@ void page_purge_free_runs(struct page *pg)
             os_purge(page_start(pg) + ((size_t)k << OS_SHIFT), (size_t)run << OS_SHIFT);
         k += run ? run : 1;
     }
-    pg->held |= purgeable;
-    struct block *head = NULL;
-    for (uint32_t i = n; i-- > 0;)
-        if (map_test(map, i) && !block_is_held(pg, i, pg->held))
-            list_prepend(&head, page_block(pg, i));
-    pg->free = head;
+    pg->held = held;
 }
 
 void page_purge_tail(struct page *pg)

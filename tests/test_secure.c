@@ -104,3 +104,56 @@ Test(secure, guarded_large_blocks_grow_and_shrink)
     free(p);
     tally_option_set("secure", "0");
 }
+
+/* A sweep's partial purge rebuilt a sparse page's free list in address
+ * order, and the held blocks came back in address order too: after it,
+ * most mallocs got the block right after the previous one. */
+static void *after_a_partial_purge(void *arg)
+{
+    enum { N = 4000, SIZE = 256, TAKE = 3000 };
+    static char *v[N];
+    int *adjacent = arg;
+    for (int i = 0; i < N; i++) {
+        v[i] = malloc(SIZE);
+        memset(v[i], 1, SIZE);
+    }
+    size_t stride = malloc_usable_size(v[0]);
+    for (int i = 0; i < N; i++)
+        if (i % 64)
+            free(v[i]);
+    for (int round = 0; round < 10; round++) {
+        usleep(3000);
+        for (int k = 0; k < 300; k++) {
+            void *volatile q = malloc(3000);
+            free(q);
+        }
+    }
+    char *prev = NULL;
+    for (int i = 0; i < TAKE; i++) {
+        char *p = malloc(SIZE);
+        memset(p, 2, SIZE);
+        if (prev && (size_t)(p - prev) == stride)
+            (*adjacent)++;
+        prev = p;
+    }
+    return NULL;
+}
+
+static void shuffled_after_purge(void *arg)
+{
+    (void)arg;
+    secure_on();
+    cr_assert_eq(tally_option_set("purge_delay", "0"), 0);
+    int adjacent = 0;
+    run_in_thread(after_a_partial_purge, &adjacent);
+    if (adjacent > 600) {
+        fprintf(stderr, "%d of 2999 mallocs got the next block\n", adjacent);
+        _exit(1);
+    }
+}
+
+Test(secure, slots_stay_in_random_order_after_a_partial_purge)
+{
+    struct child_result r = run_in_child(shuffled_after_purge, NULL);
+    cr_assert(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0, "status %d: %s", r.status, r.err);
+}
