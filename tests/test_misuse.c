@@ -120,3 +120,53 @@ Test(misuse, usable_size_of_foreign_pointer)
 {
     expect_abort(usable_size_foreign, "malloc_usable_size(): invalid pointer");
 }
+
+/* A pointer with a bit above 46 set: tally maps nothing there, but the
+ * segmap reads only bits 22..46, so it aliased the block's own segment and
+ * the shape check read a header at a non-canonical address (SIGSEGV, no
+ * report). free()'s fast path does not test for it (docs/design.md); every
+ * slow path does. */
+static void *non_canonical(void *p) { return (void *)((uintptr_t)p | (UINT64_C(1) << 63)); }
+
+static void usable_size_non_canonical(void *arg)
+{
+    (void)arg;
+    void *volatile p = non_canonical(malloc(64));
+    (void)malloc_usable_size(p);
+}
+
+static void realloc_non_canonical(void *arg)
+{
+    (void)arg;
+    void *volatile p = non_canonical(malloc(64));
+    p = realloc(p, 100);
+}
+
+static void *alloc_on_thread(void *arg)
+{
+    *(void **)arg = malloc(64);
+    return NULL;
+}
+
+/* Another thread's block: free()'s slow path, toward the remote free. */
+static void free_non_canonical_remote(void *arg)
+{
+    (void)arg;
+    void *b = NULL;
+    run_in_thread(alloc_on_thread, &b);
+    void *volatile p = non_canonical(b);
+    free(p);
+}
+
+Test(misuse, usable_size_of_non_canonical_pointer)
+{
+    expect_abort(usable_size_non_canonical, "malloc_usable_size(): invalid pointer");
+}
+Test(misuse, realloc_of_non_canonical_pointer)
+{
+    expect_abort(realloc_non_canonical, "realloc(): invalid pointer");
+}
+Test(misuse, free_of_non_canonical_pointer_to_another_threads_block)
+{
+    expect_abort(free_non_canonical_remote, "free(): invalid pointer");
+}

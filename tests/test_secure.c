@@ -157,3 +157,22 @@ Test(secure, slots_stay_in_random_order_after_a_partial_purge)
     struct child_result r = run_in_child(shuffled_after_purge, NULL);
     cr_assert(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0, "status %d: %s", r.status, r.err);
 }
+
+/* Secure mode validates every free, so a non-canonical alias of a live
+ * block (a bit above 46 set: the segmap reads bits 22..46 only) must be
+ * reported, not followed to a header at a non-canonical address (SIGSEGV). */
+static void non_canonical_free(void *arg)
+{
+    (void)arg;
+    secure_on();
+    uintptr_t b = (uintptr_t)malloc(100);
+    void *volatile p = (void *)(b | (UINT64_C(1) << 63));
+    free(p);
+}
+
+Test(secure, a_non_canonical_pointer_is_reported)
+{
+    struct child_result r = run_in_child(non_canonical_free, NULL);
+    cr_assert_eq(child_signal(&r), SIGABRT, "%s", r.err);
+    cr_assert(strstr(r.err, "free(): invalid pointer"), "%s", r.err);
+}
