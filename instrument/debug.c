@@ -209,7 +209,14 @@ static bool poison_ok(struct debug_hdr *h, const char *func)
 static struct debug_hdr *header_peek(void *p)
 {
     uint8_t *block = raw_debug_block_of(p);
-    bool is_large = !block;           /* raw_is_debug() held: a large block */
+    /* No block: a large one (raw_is_debug checked its start), or a pointer
+     * into the debug heap outside every block (its segment's header, a page
+     * no class holds). Not the first taken for the second: the header read
+     * below, in front of a pointer near a segment's start, lay in the
+     * mapping before it, unmapped (SIGSEGV instead of a report). */
+    bool is_large = !block && segmap_tag(p) >= TAG_LARGE_TAIL;
+    if (!block && !is_large)
+        return NULL;
     struct debug_hdr *h = (struct debug_hdr *)p - 1;
     if ((!is_large && (uint8_t *)h < block) || ((uintptr_t)p & 15) || h->check != hdr_check(h))
         return NULL;

@@ -439,3 +439,21 @@ Test(debug, a_shrinking_realloc_never_fails)
     cr_assert_eq(WEXITSTATUS(r.status), 0, "child failed step %d: %s", WEXITSTATUS(r.status),
                  r.err);
 }
+
+/* A pointer into the debug heap's segment header, in front of every block:
+ * no block holds it, and it was taken for a large block, whose header is
+ * read in front of the pointer: in the mapping before the segment,
+ * unmapped (SIGSEGV instead of the report). */
+static void free_into_debug_segment_header(void *arg)
+{
+    (void)arg;
+    debug_on();
+    uintptr_t b = (uintptr_t)malloc(64);
+    char *volatile p = (char *)((b & ~(uintptr_t)((4u << 20) - 1)) + 64);
+    free(p);
+}
+
+Test(debug, a_pointer_into_the_debug_heaps_segment_header_is_an_invalid_free)
+{
+    expect_report(free_into_debug_segment_header, "free(): invalid pointer");
+}
