@@ -98,6 +98,14 @@ static ALWAYS_INLINE void free_owned(struct page *pg, struct block *b)
 {
     if (unlikely(b == pg->free))
         diag_fail("free", "double free", b);
+    /* A block of the page's fresh run passes the shape check (the run is
+     * carved) but was never handed out: the pointer just past the last
+     * block malloc returned. Pushed, it came out of malloc twice, once
+     * from the list and once from the run. The run is [fresh, fresh_end)
+     * in segment offsets, empty when they are equal. */
+    uint32_t off = (uint32_t)((uintptr_t)b & SEGMENT_MASK);
+    if (unlikely(off - pg->fresh < pg->fresh_end - pg->fresh))
+        diag_fail("free", "invalid pointer (never handed out)", b);
     /* Read first: a page that was not full may be gone after the push. */
     uint16_t flags = pg->flags;
     bool full = flags & PAGE_FULL;

@@ -3,6 +3,7 @@
  * stderr naming the function and the pointer. Each case runs in a child.
  */
 #include "helpers.h"
+#include "../alloc/segment.h"
 #include <criterion/criterion.h>
 #include <malloc.h>
 #include <stdint.h>
@@ -169,4 +170,36 @@ Test(misuse, realloc_of_non_canonical_pointer)
 Test(misuse, free_of_non_canonical_pointer_to_another_threads_block)
 {
     expect_abort(free_non_canonical_remote, "free(): invalid pointer");
+}
+
+/* The start of the next block of a medium page's fresh run (the pointer
+ * just past the last block malloc returned) passes the shape check, since
+ * the run is carved; pushed, it came out of malloc twice. The page's
+ * descriptor says where the run is, so the case does not depend on what
+ * the process allocated before. */
+static bool in_fresh_run(const void *p)
+{
+    struct segment *s = segment_of(p);
+    struct page *pg = segment_page_of(s, p);
+    uint32_t off = (uint32_t)((uintptr_t)p & SEGMENT_MASK);
+    return off >= pg->fresh && off < pg->fresh_end;
+}
+
+static void free_past_the_last_medium_block(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 1000; i++) {
+        char *b = malloc(9000);
+        char *next = b + malloc_usable_size(b);
+        if (in_fresh_run(next)) {
+            free(next);
+            _exit(2);           /* not caught */
+        }
+    }
+    _exit(3);                   /* no fresh run found: the case never ran */
+}
+
+Test(misuse, free_of_a_block_never_handed_out)
+{
+    expect_abort(free_past_the_last_medium_block, "free(): invalid pointer (never handed out)");
 }
