@@ -780,24 +780,48 @@ Test(purge, a_sparse_page_refilled_and_emptied_again_gives_back_again)
         free(v[i]);
 }
 
+/* The medium-page cases: MEDIUM_N blocks of MEDIUM_SIZE beside one kept
+ * block that keeps their page from retiring, with a short purge delay. */
+enum { MEDIUM_N = 8, MEDIUM_SIZE = 400000 };
+
+static void *keep_a_medium_page(void)
+{
+    cr_assert_eq(tally_option_set("purge_delay", "8"), 0);
+    void *keep = malloc(MEDIUM_SIZE);
+    memset(keep, 1, MEDIUM_SIZE);
+    return keep;
+}
+
+/* Allocates v[0..MEDIUM_N) and fills each from byte `from` on. */
+static void fill_medium_blocks(unsigned char **v, int byte, size_t from)
+{
+    for (int i = 0; i < MEDIUM_N; i++) {
+        v[i] = malloc(MEDIUM_SIZE);
+        memset(v[i] + from, byte, MEDIUM_SIZE - from);
+    }
+}
+
+/* OS pages of v's blocks in RAM, past each block's first page. */
+static int medium_blocks_resident(unsigned char **v)
+{
+    int n = 0;
+    for (int i = 0; i < MEDIUM_N; i++)
+        n += resident_pages(v[i] + 4096, 64 * 4096);
+    return n;
+}
+
 Test(purge, a_medium_page_gives_back_blocks_reused_since_its_last_purge)
 {
-    enum { N = 8, SIZE = 400000 };
-    cr_assert_eq(tally_option_set("purge_delay", "8"), 0);
-    void *volatile keep = malloc(SIZE);     /* keeps the page from retiring */
-    memset(keep, 1, SIZE);
+    enum { N = MEDIUM_N };
+    void *volatile keep = keep_a_medium_page();
     unsigned char *v[N];
     int after[2] = { 0, 0 };
     for (int round = 0; round < 2; round++) {
-        for (int i = 0; i < N; i++) {
-            v[i] = malloc(SIZE);
-            memset(v[i], round + 2, SIZE);
-        }
+        fill_medium_blocks(v, round + 2, 0);
         for (int i = 0; i < N; i++)
             free(v[i]);
         sweep_a_few_times();
-        for (int i = 0; i < N; i++)
-            after[round] += resident_pages(v[i] + 4096, 64 * 4096);
+        after[round] = medium_blocks_resident(v);
     }
     free(keep);
     cr_assert_leq(after[0], N, "first round: %d OS pages in RAM", after[0]);
@@ -810,31 +834,19 @@ Test(purge, a_medium_block_reused_without_its_second_word_written_is_purged_agai
      * marks them in their second word. A block handed out again and
      * filled from byte 16 on kept that mark, and once freed the sweep
      * skipped it: its pages stayed resident for good. */
-    enum { N = 8, SIZE = 400000 };
-    cr_assert_eq(tally_option_set("purge_delay", "8"), 0);
-    void *volatile keep = malloc(SIZE);     /* keeps the page from retiring */
-    memset(keep, 1, SIZE);
+    enum { N = MEDIUM_N };
+    void *volatile keep = keep_a_medium_page();
     unsigned char *v[N];
-    for (int i = 0; i < N; i++) {
-        v[i] = malloc(SIZE);
-        memset(v[i], 2, SIZE);
-    }
+    fill_medium_blocks(v, 2, 0);
     for (int i = 0; i < N; i++)
         free(v[i]);
     sweep_a_few_times();
-    for (int i = 0; i < N; i++) {
-        v[i] = malloc(SIZE);
-        memset(v[i] + 16, 3, SIZE - 16);
-    }
-    int written = 0;
-    for (int i = 0; i < N; i++)
-        written += resident_pages(v[i] + 4096, 64 * 4096);
+    fill_medium_blocks(v, 3, 16);
+    int written = medium_blocks_resident(v);
     for (int i = 0; i < N; i++)
         free(v[i]);
     sweep_a_few_times();
-    int after = 0;
-    for (int i = 0; i < N; i++)
-        after += resident_pages(v[i] + 4096, 64 * 4096);
+    int after = medium_blocks_resident(v);
     free(keep);
     cr_assert_eq(written, N * 64);
     cr_assert_leq(after, N, "%d -> %d OS pages in RAM", written, after);
