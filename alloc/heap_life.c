@@ -194,6 +194,51 @@ void heap_tidy_abandoned(uint64_t now)
     lock_give(&heap_lock);
 }
 
+/* Newest sweep time of an active heap. Precondition: heap_lock held. */
+static uint64_t heap_newest_sweep(void)
+{
+    uint64_t newest = 0;
+    for (unsigned t = 1; t <= heap_count; t++) {
+        struct heap *o = heap_table[t];
+        uint64_t last = __atomic_load_n(&o->last_sweep_ms, __ATOMIC_RELAXED);
+        if (o->state == HEAP_ACTIVE && last > newest)
+            newest = last;
+    }
+    return newest;
+}
+
+/* What a trim and a background pass do beyond the caller's own heap:
+ * parked heaps with `delay`, the other threads' heaps idle for `idle` ms
+ * (0: every one), then the shared heaps, waiting for their locks or
+ * (`wait` false) skipping those held. Returns heap_newest_sweep(). */
+static uint64_t heap_tidy_process(uint64_t now, uint64_t delay, uint64_t idle, bool wait)
+{
+    lock_take(&heap_lock);
+    heap_tidy_pool(now, delay);
+    uint64_t newest = heap_newest_sweep();
+    heap_trim_others(now, idle);
+    lock_give(&heap_lock);
+    for (int i = 0; i < SHARED_COUNT; i++) {
+        if (wait)
+            lock_take(&shared[i].lock);
+        else if (!lock_try(&shared[i].lock))
+            continue;
+        if (shared[i].heap)
+            heap_tidy(shared[i].heap, now, delay);
+        lock_give(&shared[i].lock);
+    }
+    return newest;
+}
+
+/* Whether memory went back to the OS since `before` was read. */
+static bool gave_back_since(const struct os_counters *before)
+{
+    struct os_counters after;
+    os_counters_read(&after);
+    return after.purged_bytes != before->purged_bytes ||
+           after.calls[OS_MUNMAP] != before->calls[OS_MUNMAP];
+}
+
 /* The background thread's pass (background.c): what the allocating
  * threads' sweeps do for the process, for when none of them runs any more.
  * Parked heaps with the purge delay, the empty pages of heaps idle past
@@ -202,31 +247,11 @@ void heap_tidy_abandoned(uint64_t now)
  * it stays the same); *gave says whether this pass gave memory back. */
 uint64_t heap_background_pass(uint64_t now, bool *gave)
 {
-    struct os_counters before, after;
+    struct os_counters before;
     os_counters_read(&before);
-    uint64_t delay = init_purge_delay_ms();
-    uint64_t newest = 0;
-    lock_take(&heap_lock);
-    heap_tidy_pool(now, delay);
-    for (unsigned t = 1; t <= heap_count; t++) {
-        struct heap *o = heap_table[t];
-        uint64_t last = __atomic_load_n(&o->last_sweep_ms, __ATOMIC_RELAXED);
-        if (o->state == HEAP_ACTIVE && last > newest)
-            newest = last;
-    }
-    heap_trim_others(now, heap_idle_ms());
-    lock_give(&heap_lock);
-    for (int i = 0; i < SHARED_COUNT; i++) {
-        if (!lock_try(&shared[i].lock))
-            continue;
-        if (shared[i].heap)
-            heap_tidy(shared[i].heap, now, delay);
-        lock_give(&shared[i].lock);
-    }
+    uint64_t newest = heap_tidy_process(now, init_purge_delay_ms(), heap_idle_ms(), false);
     large_cache_expire(false);
-    os_counters_read(&after);
-    *gave = after.purged_bytes != before.purged_bytes ||
-            after.calls[OS_MUNMAP] != before.calls[OS_MUNMAP];
+    *gave = gave_back_since(&before);
     return newest;
 }
 
@@ -253,7 +278,7 @@ void heap_process_init(void)
 
 bool heap_trim(void)
 {
-    struct os_counters before, after;
+    struct os_counters before;
     os_counters_read(&before);
     atomic_fetch_add(&heap_trim_epoch, 1);
     struct heap *h = tls_heap;
@@ -264,24 +289,13 @@ bool heap_trim(void)
     } else {
         remote_flush();         /* a thread that only frees */
     }
-    lock_take(&heap_lock);
-    heap_tidy_pool(now, 0);
     /* Other threads' heaps: their empty pages, unless the thread is in its
      * slow path right now (it sweeps itself soon then, and the epoch
      * above makes that sweep purge). */
-    heap_trim_others(now, 0);
-    lock_give(&heap_lock);
-    for (int i = 0; i < SHARED_COUNT; i++) {
-        lock_take(&shared[i].lock);
-        if (shared[i].heap)
-            heap_tidy(shared[i].heap, now, 0);
-        lock_give(&shared[i].lock);
-    }
+    heap_tidy_process(now, 0, 0, true);
     segment_cache_release();
     large_cache_expire(true);
-    os_counters_read(&after);
-    return after.purged_bytes != before.purged_bytes ||
-           after.calls[OS_MUNMAP] != before.calls[OS_MUNMAP];
+    return gave_back_since(&before);
 }
 
 /* ---- fork --------------------------------------------------------------- */

@@ -114,8 +114,9 @@ EXPORT FAST_ENTRY void *malloc(size_t size)
 static NOINLINE void free_slow(void *p, const void *site)
 {
     /* Most frequent here: a block of another thread's heap, or of a full
-     * page of our own. (NULL's tag is 0, which wraps past MAX_HEAPS.) */
-    uint16_t tag = segmap_tag(p);
+     * page of our own. (NULL's tag is 0, which wraps past MAX_HEAPS, and
+     * so is a pointer the segmap cannot hold: raw_free reports it.) */
+    uint16_t tag = segmap_tag_checked(p);
     if (likely((unsigned)tag - 1u < MAX_HEAPS && !hooks_on() &&
                tag != __atomic_load_n(&heap_debug_tag, __ATOMIC_RELAXED))) {
         raw_free_heap_block(p, tag, "free");

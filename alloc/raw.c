@@ -130,21 +130,8 @@ void raw_free_own(void *p)
     free_owned(segment_page_of(s, p), p);
 }
 
-/* tally maps nothing at or above 2^47, and the segmap reads only bits
- * 22..46 of an address: a garbage pointer with a higher bit set (a tagged
- * or kernel-half pointer) may alias a live segment's entry, and the shape
- * check would then read a "header" at a non-canonical address and die of
- * SIGSEGV instead of reporting. The slow paths test for it; free()'s fast
- * path does not (docs/design.md, "Bad input"). */
-static ALWAYS_INLINE bool beyond_segmap(const void *p)
-{
-    return (uintptr_t)p >> (SEGMAP_BITS + SEGMENT_SHIFT) != 0;
-}
-
 void raw_free_heap_block(void *p, uint16_t tag, const char *func)
 {
-    if (unlikely(beyond_segmap(p)))
-        diag_fail(func, "invalid pointer (not allocated by tally, or already freed)", p);
     struct segment *s = segment_of(p);
     const struct page_shape *sh = checked_shape(s, p, func);
     if (tag == tls_tag)
@@ -155,7 +142,7 @@ void raw_free_heap_block(void *p, uint16_t tag, const char *func)
 
 static uint16_t checked_tag(const void *p, const char *func)
 {
-    uint16_t tag = beyond_segmap(p) ? TAG_NONE : segmap_tag(p);
+    uint16_t tag = segmap_tag_checked(p);
     if (tag == TAG_NONE)
         diag_fail(func, "invalid pointer (not allocated by tally, or already freed)", p);
     return tag;
@@ -226,8 +213,7 @@ void *raw_alloc_debug(size_t size, size_t align, size_t front)
 
 void *raw_debug_block_of(const void *p)
 {
-    uint16_t tag = segmap_tag(p);
-    if (beyond_segmap(p) || tag != __atomic_load_n(&heap_debug_tag, __ATOMIC_RELAXED))
+    if (segmap_tag_checked(p) != __atomic_load_n(&heap_debug_tag, __ATOMIC_RELAXED))
         return NULL;
     const struct page_shape *sh = segment_shape_of(segment_of(p), p);
     if (!sh->in_use || (uintptr_t)p < (uintptr_t)sh->start)
@@ -240,9 +226,7 @@ void *raw_debug_block_of(const void *p)
 
 bool raw_is_debug(const void *p)
 {
-    if (beyond_segmap(p))
-        return false;       /* raw_free reports it */
-    uint16_t tag = segmap_tag(p);
+    uint16_t tag = segmap_tag_checked(p);      /* TAG_NONE: raw_free reports it */
     if (tag >= TAG_LARGE_TAIL)
         return large_flags(p) & LARGE_DEBUG;
     return tag == __atomic_load_n(&heap_debug_tag, __ATOMIC_RELAXED);
@@ -250,7 +234,7 @@ bool raw_is_debug(const void *p)
 
 void raw_free_debug(void *p)
 {
-    if (segmap_tag(p) >= TAG_LARGE_TAIL) {
+    if (segmap_tag_checked(p) >= TAG_LARGE_TAIL) {
         large_free(p, "free");
         return;
     }

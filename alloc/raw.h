@@ -16,7 +16,8 @@
 HIDDEN void *raw_alloc(size_t size, size_t align);
 HIDDEN void *raw_calloc(size_t size);
 HIDDEN void raw_free(void *p, const char *func);
-/* raw_free() for a pointer whose segmap tag names a heap (1..MAX_HEAPS). */
+/* raw_free() for a pointer whose segmap_tag_checked() names a heap
+ * (1..MAX_HEAPS). */
 HIDDEN void raw_free_heap_block(void *p, uint16_t tag, const char *func);
 /* free() of a block of the caller's own heap (no mode on) that free's fast
  * path refused: checked, then on its page's list (a medium block, one of a

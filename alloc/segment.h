@@ -135,6 +135,17 @@ static inline uint16_t segmap_tag(const void *p)
                            __ATOMIC_RELAXED);
 }
 
+/* segmap_tag for every path but free()'s fast one: TAG_NONE for an
+ * address at or above 2^47. tally maps nothing there, and the mask above
+ * would alias such a garbage pointer (tagged, or in the kernel half) onto
+ * a live segment's entry: the shape check then read a header at a
+ * non-canonical address and died of SIGSEGV instead of reporting. The
+ * fast path keeps the bare lookup (docs/design.md, "Bad input"). */
+static inline uint16_t segmap_tag_checked(const void *p)
+{
+    return (uintptr_t)p >> (SEGMAP_BITS + SEGMENT_SHIFT) ? TAG_NONE : segmap_tag(p);
+}
+
 static inline struct segment *segment_of(const void *p)
 {
     return (struct segment *)((uintptr_t)p & ~SEGMENT_MASK);

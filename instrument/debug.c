@@ -214,7 +214,7 @@ static struct debug_hdr *header_peek(void *p)
      * no class holds). Not the first taken for the second: the header read
      * below, in front of a pointer near a segment's start, lay in the
      * mapping before it, unmapped (SIGSEGV instead of a report). */
-    bool is_large = !block && segmap_tag(p) >= TAG_LARGE_TAIL;
+    bool is_large = !block && segmap_tag_checked(p) >= TAG_LARGE_TAIL;
     if (!block && !is_large)
         return NULL;
     struct debug_hdr *h = (struct debug_hdr *)p - 1;

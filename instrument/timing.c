@@ -178,10 +178,6 @@ static struct timing_thread *timing_thread(void)
     return tls_timing = t;
 }
 
-static void cell_record(struct timing_thread *t, const struct timing_mark *m,
-                        const struct rusage *ru, enum hook_op op, size_t size,
-                        uint64_t ticks);
-
 void timing_begin(struct timing_mark *m)
 {
     struct rusage ru;
@@ -204,6 +200,20 @@ static unsigned bucket_of(uint64_t ns)
 static unsigned timing_class(size_t size)
 {
     return size <= init_mmap_threshold() ? sizeclass_of(size) : NUM_CLASSES;
+}
+
+static void cell_record(struct timing_thread *t, const struct timing_mark *m,
+                        const struct rusage *ru, enum hook_op op, size_t size,
+                        uint64_t ticks)
+{
+    struct timing_cell *c = &t->cell[op][timing_class(size)];
+    c->count++;
+    c->ticks += ticks;
+    if (ticks > c->max_ticks)
+        c->max_ticks = ticks;
+    c->buckets[bucket_of((uint64_t)((double)ticks * ns_per_tick))]++;
+    t->minflt[op] += (uint64_t)(ru->ru_minflt - m->minflt);
+    t->majflt[op] += (uint64_t)(ru->ru_majflt - m->majflt);
 }
 
 void timing_end(const struct timing_mark *m, enum hook_op op, size_t size)
@@ -230,20 +240,6 @@ void timing_end(const struct timing_mark *m, enum hook_op op, size_t size)
     if (late)
         cell_record(late, m, &ru, op, size, ticks);
     lock_give(&table_lock);
-}
-
-static void cell_record(struct timing_thread *t, const struct timing_mark *m,
-                        const struct rusage *ru, enum hook_op op, size_t size,
-                        uint64_t ticks)
-{
-    struct timing_cell *c = &t->cell[op][timing_class(size)];
-    c->count++;
-    c->ticks += ticks;
-    if (ticks > c->max_ticks)
-        c->max_ticks = ticks;
-    c->buckets[bucket_of((uint64_t)((double)ticks * ns_per_tick))]++;
-    t->minflt[op] += (uint64_t)(ru->ru_minflt - m->minflt);
-    t->majflt[op] += (uint64_t)(ru->ru_majflt - m->majflt);
 }
 
 /* ---- reading ----------------------------------------------------------- */

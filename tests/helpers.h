@@ -12,8 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 struct child_result {
@@ -82,6 +84,37 @@ static inline long minor_faults(void)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return ru.ru_minflt;
+}
+
+static inline void sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
+    nanosleep(&ts, NULL);
+}
+
+/* A peak of memory to give back: PEAK_BYTES of `size`-byte blocks, each
+ * written, in an array mapped outside the allocator (so freeing the
+ * blocks leaves nothing of tally's in use). *count gets the number. */
+#define PEAK_BYTES (192u << 20)
+static inline void **build_peak(size_t size, size_t *count)
+{
+    size_t n = PEAK_BYTES / size;
+    void **v = mmap(NULL, n * sizeof *v, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (v == MAP_FAILED)
+        abort();
+    for (size_t i = 0; i < n; i++) {
+        v[i] = malloc(size);
+        memset(v[i], 0x33, size);
+    }
+    *count = n;
+    return v;
+}
+
+static inline void free_all(void **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
 }
 
 /* Absolute path of the library under test (the Makefile exports it). */

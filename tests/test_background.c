@@ -12,14 +12,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#define PEAK (192u << 20)
 #define BLOCK 1000u
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
-    nanosleep(&ts, NULL);
-}
 
 /* Threads of this process named "tally-purge" (/proc, no malloc). */
 static int purge_threads(void)
@@ -56,22 +49,15 @@ static bool purge_threads_become(int want, long ms)
     return purge_threads() == want;
 }
 
-/* Allocates and touches a PEAK of BLOCK-byte blocks, frees them all, then
+/* Allocates and touches PEAK_BYTES of BLOCK-byte blocks (build_peak), frees them all, then
  * makes no call into tally while it watches its RSS for `ms`. Returns how
  * much of the peak went back; *peak_out is the RSS at the peak. */
 static long peak_free_and_wait(long ms, long *peak_out)
 {
-    size_t n = PEAK / BLOCK;
-    void **v = mmap(NULL, n * sizeof *v, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    cr_assert_neq(v, MAP_FAILED);
-    for (size_t i = 0; i < n; i++) {
-        v[i] = malloc(BLOCK);
-        memset(v[i], 0x5a, BLOCK);
-    }
+    size_t n;
+    void **v = build_peak(BLOCK, &n);
     long peak = rss_kib();
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
+    free_all(v, n);
     munmap(v, n * sizeof *v);
     long low = peak;
     for (long t = 0; t < ms && low > peak - 150 * 1024; t += 50) {

@@ -20,33 +20,6 @@
 #include <sys/uio.h>
 #include <time.h>
 
-#define WORKING_SET (192u << 20)
-
-static void **build(size_t size, size_t *count)
-{
-    size_t n = WORKING_SET / size;
-    void **v = mmap(NULL, n * sizeof *v, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    for (size_t i = 0; i < n; i++) {
-        v[i] = malloc(size);
-        memset(v[i], 0x33, size);
-    }
-    *count = n;
-    return v;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
-    nanosleep(&ts, NULL);
-}
-
-static void free_all(void **v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
-}
-
 /* Allocates as a live program would, in another class: the periodic sweep
  * runs on the allocation slow path. */
 static void allocate_a_little(size_t size)
@@ -61,7 +34,7 @@ static void allocate_a_little(size_t size)
 Test(purge, malloc_trim_returns_freed_small_blocks_at_once)
 {
     size_t n;
-    void **v = build(1000, &n);
+    void **v = build_peak(1000, &n);
     long full = rss_kib();
     free_all(v, n);
     cr_assert_eq(malloc_trim(0), 1, "something was released");
@@ -83,7 +56,7 @@ struct idle_worker {
 static void *peak_then_wait(void *arg)
 {
     struct idle_worker *w = arg;
-    void **v = build(IDLE_BLOCK, &w->n);
+    void **v = build_peak(IDLE_BLOCK, &w->n);
     free_all(v, w->n);
     munmap(v, w->n * sizeof *v);
     pthread_barrier_wait(&w->freed);
@@ -229,7 +202,7 @@ Test(purge, a_trim_between_an_owners_free_and_its_return_is_safe, .timeout = 30)
 Test(purge, empty_pages_are_purged_after_the_delay_without_trim)
 {
     size_t n;
-    void **v = build(3000, &n);
+    void **v = build_peak(3000, &n);
     long full = rss_kib();
     free_all(v, n);
     long now = full;
@@ -244,7 +217,7 @@ Test(purge, empty_pages_are_purged_after_the_delay_without_trim)
 Test(purge, medium_blocks_are_returned_too)
 {
     size_t n;
-    void **v = build(100000, &n);
+    void **v = build_peak(100000, &n);
     long full = rss_kib();
     free_all(v, n);
     malloc_trim(0);
@@ -255,7 +228,7 @@ Test(purge, ping_pong_reuses_memory_without_growing)
 {
     /* A free/malloc cycle of the same working set must not grow RSS. */
     size_t n;
-    void **v = build(512, &n);
+    void **v = build_peak(512, &n);
     long first = rss_kib();
     for (int round = 0; round < 5; round++) {
         for (size_t i = 0; i < n; i++)
@@ -339,7 +312,7 @@ Test(purge, a_heap_idle_past_the_delay_returns_empty_pages_at_its_next_sweep)
 {
     cr_assert_eq(tally_option_set("purge_delay", "300"), 0);
     size_t n;
-    void **v = build(3000, &n);
+    void **v = build_peak(3000, &n);
     long full = rss_kib();
     free_all(v, n);
     sleep_ms(400);                      /* idle: no sweep runs */
@@ -716,7 +689,7 @@ Test(purge, a_small_page_taken_over_by_another_class_gives_back_the_rest)
 static void fast_path_only(size_t size)
 {
     size_t n;
-    void **v = build(size, &n);
+    void **v = build_peak(size, &n);
     void *volatile keep = malloc(100);   /* the current page of 100 B's class */
     long full = rss_kib();
     free_all(v, n);
