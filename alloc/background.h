@@ -16,14 +16,15 @@
 #define TALLY_BACKGROUND_H
 
 #include "internal.h"
+#include "lock.h"
 
 /* Starts the thread if the option is on and none runs; wakes it to leave
  * if the option is off. Called at load (init.c) and from tally_option_set,
  * where the program is at a plain call; from inside malloc only by
  * background_resume, and there only with every tally lock released
- * (pthread_create allocates the new thread's TLS through malloc): after
- * a slow path of the thread's own heap, or after heap_alloc_shared has
- * let go of a shared heap's lock. */
+ * (pthread_create allocates the new thread's TLS through malloc): at the
+ * end of an allocation's slow path (malloc.c, alloc_entry) and of a sweep
+ * tick. */
 HIDDEN void background_update(void);
 /* From a sweep: a thread that dozes (long sleeps, nothing to do) wakes up,
  * since there is work again. One relaxed load when it is not dozing. */
@@ -36,7 +37,9 @@ HIDDEN void background_fork_child(void);
 extern HIDDEN bool background_lost;
 static inline void background_resume(void)
 {
-    if (unlikely(__atomic_load_n(&background_lost, __ATOMIC_RELAXED)))
+    /* Not inside fork's window, where this thread holds every lock and
+     * another library's fork handler allocates (lock.h). */
+    if (unlikely(__atomic_load_n(&background_lost, __ATOMIC_RELAXED)) && !lock_held_for_fork)
         background_update();
 }
 

@@ -550,10 +550,6 @@ void *heap_alloc_slow(struct heap *h, unsigned cls, bool exact)
     heap_lock_own(h);
     void *p = alloc_slow_locked(h, cls, exact);
     heap_unlock_own(h);
-    /* Not for a shared heap: its lock is held here, and pthread_create's
-     * calloc would come back to it (heap_alloc_shared resumes instead). */
-    if (h->state != HEAP_SHARED)
-        background_resume();
     return p;
 }
 

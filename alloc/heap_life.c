@@ -13,7 +13,6 @@
 #include "large_cache.h"
 #include "remote.h"
 #include "lock.h"
-#include "background.h"
 
 #include <pthread.h>
 
@@ -121,7 +120,6 @@ void *heap_alloc_shared(enum shared_heap_id id, unsigned cls, bool exact)
     }
     void *p = sh->heap ? heap_alloc(sh->heap, cls, exact) : NULL;
     lock_give(&sh->lock);
-    background_resume();        /* here, once the lock is free (heap_alloc_slow) */
     return p;
 }
 

@@ -16,6 +16,7 @@
 #include "raw.h"
 #include "init.h"
 #include "usage.h"
+#include "background.h"
 #include "../instrument/hooks.h"
 #include "../instrument/options.h"
 
@@ -51,6 +52,10 @@ static ALWAYS_INLINE void *alloc_entry(size_t size, size_t align, enum hook_op o
         p = hooks_alloc(size, align, op, site);
     else
         p = op == HOOK_CALLOC ? raw_calloc(size) : raw_alloc(size, align);
+    /* Here, with every tally lock released: pthread_create's own calloc
+     * comes back into tally (a resume under a shared heap's lock hung a
+     * fork child on that lock). */
+    background_resume();
     return p ? p : malloc_fail();
 }
 
