@@ -107,9 +107,9 @@ EXPORT FAST_ENTRY void *malloc(size_t size)
          * not redundant: the two limits are two reads, and a thread that
          * saw the first one shut (a mode on) and the second open (the mode
          * off again, or hooks_update between its two stores) came here
-         * with a small size, which sizeclass_of_medium misfiles: 100 B got
+         * with a small size, which sizeclass_of_medium_lane misfiles: 100 B got
          * an 80 B block, 16..64 B an index far past current[]. */
-        struct block *b = take_inline(h, h->current[sizeclass_of_medium(size)]);
+        struct block *b = take_inline(h, h->current[sizeclass_of_medium_lane(size)]);
         if (b != NULL)
             return unlikely(--h->tick < 0) ? heap_tick(h, b) : b;
     }

@@ -91,6 +91,24 @@ static ALWAYS_INLINE const struct page_shape *checked_shape(struct segment *s, c
     return sh;
 }
 
+/* These frees count on malloc's sweep tick too: a thread that frees a
+ * peak and then allocates little never reached a sweep, and its empty
+ * pages stayed resident (redis after FLUSHALL of 5 GB of 60 KB values:
+ * every medium free comes here, and the full pages' first frees do). */
+static ALWAYS_INLINE void free_tick(struct heap *h)
+{
+    if (unlikely(--h->tick < 0))
+        heap_tick(h, NULL);
+}
+
+/* Out of line: the common free then makes no call that needs the heap
+ * kept in a saved register (a push and a pop on every medium free). */
+static NOINLINE void free_unfull(struct heap *h, struct page *pg)
+{
+    heap_page_unfull(h, pg);
+    free_tick(h);
+}
+
 /* free() of a block of the caller's own heap that the fast path refused
  * (a medium block, a full page, or the head of its free list), after
  * checked_shape. Inline: every medium free comes here. */
@@ -113,19 +131,36 @@ static ALWAYS_INLINE void free_owned(struct page *pg, struct block *b)
         page_medium_freed(pg, b);
     page_push_block(pg, b);
     struct heap *h = tls_heap;
-    if (unlikely(full))
-        heap_page_unfull(h, pg);
-    /* These frees count on malloc's sweep tick too: a thread that frees a
-     * peak and then allocates little never reached a sweep, and its empty
-     * pages stayed resident (redis after FLUSHALL of 5 GB of 60 KB values:
-     * every medium free comes here, and the full pages' first frees do). */
-    if (unlikely(--h->tick < 0))
-        heap_tick(h, NULL);
+    if (unlikely(full)) {
+        free_unfull(h, pg);
+        return;
+    }
+    free_tick(h);
 }
 
 void raw_free_own(void *p)
 {
     struct segment *s = segment_of(p);
+    /* A medium block: its page is the segment's only one, pages[0], whose
+     * blocks start at MEDIUM_HEADER, and the owner's own descriptor holds
+     * the class and the carved count. So the shape check reads the line
+     * the push writes anyway, not the segment header's page size and the
+     * shape's line (a 50,000 B pair: 123 instructions -> 105). PAGE_MEDIUM
+     * is set only while the page is in use (a released page is zeroed),
+     * and never on a small segment's pages[0]: anything else takes the
+     * general check below, which reports what is wrong. */
+    struct page *pg = &s->pages[0];
+    if (likely(pg->flags & PAGE_MEDIUM)) {
+        uint32_t off = (uint32_t)((uintptr_t)p & SEGMENT_MASK) - MEDIUM_HEADER;
+        /* A pointer below the blocks wraps off around to at least 4 GiB
+         * - 64 KiB, whose quotient (inexact out there) still exceeds any
+         * page's block count. */
+        uint32_t i = sizeclass_div(off, pg->cls);
+        if (unlikely(i >= pg->reserved || i * sizeclass_block_size[pg->cls] != off))
+            diag_fail("free", "invalid pointer (not the start of a block)", p);
+        free_owned(pg, p);
+        return;
+    }
     checked_shape(s, p, "free");
     free_owned(segment_page_of(s, p), p);
 }

@@ -27,3 +27,20 @@
 
 const uint32_t sizeclass_block_size[NUM_CLASSES] = { SIZECLASS_LIST(AS_SIZE) };
 const uint64_t sizeclass_div_magic[NUM_CLASSES] = { SIZECLASS_LIST(AS_MAGIC) };
+
+/* sizeclass_of_medium() as a constant expression, for the table below:
+ * entry k is the class of the requests of k KiB + 1 .. k + 1 KiB, the
+ * class of the last of them. (Entries below SMALL_MAX are never read.) */
+#define MEDIUM_LOG2(s)    (63u - (unsigned)__builtin_clzl(s))
+#define MEDIUM_CLASS(s)   (8u + (MEDIUM_LOG2((s) - 1) - 7u) * 8u + \
+                           ((unsigned)(((s) - 1) >> (MEDIUM_LOG2((s) - 1) - 3u)) & 7u))
+#define KIB1(k)   (uint8_t)MEDIUM_CLASS(((size_t)(k) + 1) << 10),
+#define KIB8(k)   KIB1(k) KIB1(k + 1) KIB1(k + 2) KIB1(k + 3) \
+                  KIB1(k + 4) KIB1(k + 5) KIB1(k + 6) KIB1(k + 7)
+#define KIB64(k)  KIB8(k) KIB8(k + 8) KIB8(k + 16) KIB8(k + 24) \
+                  KIB8(k + 32) KIB8(k + 40) KIB8(k + 48) KIB8(k + 56)
+
+_Static_assert(MEDIUM_MAX >> 10 == 512, "the table below has 512 entries");
+const uint8_t sizeclass_medium_by_kib[MEDIUM_MAX >> 10] = {
+    KIB64(0) KIB64(64) KIB64(128) KIB64(192) KIB64(256) KIB64(320) KIB64(384) KIB64(448)
+};

@@ -109,6 +109,42 @@ Test(misuse, double_free_of_small_block) { expect_abort(double_free_small, "doub
 Test(misuse, double_free_of_large_block) { expect_abort(double_free_large, "free(): invalid pointer"); }
 Test(misuse, free_inside_large_block) { expect_abort(free_inside_large, "invalid pointer"); }
 Test(misuse, realloc_of_foreign_pointer) { expect_abort(realloc_foreign, "realloc(): invalid pointer"); }
+/* Medium frees of the caller's own blocks have a lane of their own
+ * (raw_free_own): it checks the block against the owner's descriptor. */
+static void free_inside_medium(void *arg)
+{
+    (void)arg;
+    char *volatile p = malloc(50000);
+    free(p + 4096);
+}
+
+static void free_past_the_carved_medium_blocks(void *arg)
+{
+    (void)arg;
+    char *b = malloc(50000);
+    char *volatile p = b + 60 * malloc_usable_size(b);   /* same segment, never carved */
+    free(p);
+}
+
+static void double_free_medium(void *arg)
+{
+    (void)arg;
+    void *volatile p = malloc(50000);
+    free(p);
+    free(p);
+}
+
+Test(misuse, free_inside_a_medium_block)
+{
+    expect_abort(free_inside_medium, "free(): invalid pointer (not the start of a block)");
+}
+Test(misuse, free_past_the_carved_blocks_of_a_medium_page)
+{
+    expect_abort(free_past_the_carved_medium_blocks,
+                 "free(): invalid pointer (not the start of a block)");
+}
+Test(misuse, double_free_of_medium_block) { expect_abort(double_free_medium, "double free"); }
+
 Test(misuse, free_into_an_unassigned_page_of_a_live_segment)
 {
     expect_abort(free_into_unassigned_page, "free(): invalid pointer");

@@ -18,6 +18,12 @@ Test(sizeclass, every_size_gets_the_smallest_class_that_fits)
     cr_assert_eq(sizeclass_block_size[NUM_CLASSES - 1], MEDIUM_MAX);
 }
 
+Test(sizeclass, the_medium_lane_table_agrees_with_the_formula)
+{
+    for (size_t n = SMALL_MAX + 1; n <= MEDIUM_MAX; n++)
+        cr_assert_eq(sizeclass_of_medium_lane(n), sizeclass_of(n), "size %zu", n);
+}
+
 Test(sizeclass, reciprocal_division_is_exact_inside_a_segment)
 {
     for (unsigned c = 0; c < NUM_CLASSES; c++) {
