@@ -102,13 +102,15 @@ EXPORT FAST_ENTRY void *malloc(size_t size)
     } else if (size < malloc_medium_limit && size > SMALL_MAX) {
         /* A medium size (no direct[] slot): its class's current page, here,
          * without the layers between (a malloc+free pair of 50,000 B took
-         * 206 instructions that way; 123 now, tcmalloc's 80). No mode is on
+         * 206 instructions that way; 99 now, tcmalloc's 80). No mode is on
          * (the limit is not 0); a plain read, as above. The size test is
          * not redundant: the two limits are two reads, and a thread that
          * saw the first one shut (a mode on) and the second open (the mode
          * off again, or hooks_update between its two stores) came here
-         * with a small size, which sizeclass_of_medium_lane misfiles: 100 B got
-         * an 80 B block, 16..64 B an index far past current[]. */
+         * with a small size, which the class formula this lane used before
+         * the table misfiled (100 B got an 80 B block, 16..64 B an index
+         * far past current[]); the table would give it a 1..8 KiB class,
+         * bigger than it needs. */
         struct block *b = take_inline(h, h->current[sizeclass_of_medium_lane(size)]);
         if (b != NULL)
             return unlikely(--h->tick < 0) ? heap_tick(h, b) : b;

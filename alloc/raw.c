@@ -111,7 +111,8 @@ static NOINLINE void free_unfull(struct heap *h, struct page *pg)
 
 /* free() of a block of the caller's own heap that the fast path refused
  * (a medium block, a full page, or the head of its free list), after
- * checked_shape. Inline: every medium free comes here. */
+ * the block was checked (raw_free_own's descriptor check for a medium
+ * block, else checked_shape). Inline: every medium free comes here. */
 static ALWAYS_INLINE void free_owned(struct page *pg, struct block *b)
 {
     if (unlikely(b == pg->free))

@@ -32,7 +32,8 @@ enum segment_kind { SEG_SMALL = 1, SEG_MEDIUM = 2 };
  * descriptors need no write, and so no page fault, when the segment is
  * mapped. Slice 0 of a medium segment is its header, and lands on pages[0]:
  * PAGE_MEDIUM keeps that one from the fast path too, so every medium free
- * is checked against the page's shape. */
+ * is checked: the owner's against the page's descriptor (raw_free_own),
+ * any other thread's against its shape. */
 #define PAGE_OPEN     0x1
 #define PAGE_FULL     0x2   /* out of its class's queue until a block comes back */
 #define PAGE_MEDIUM   0x4
