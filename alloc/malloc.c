@@ -102,7 +102,7 @@ EXPORT FAST_ENTRY void *malloc(size_t size)
     } else if (size < malloc_medium_limit && size > SMALL_MAX) {
         /* A medium size (no direct[] slot): its class's current page, here,
          * without the layers between (a malloc+free pair of 50,000 B took
-         * 206 instructions that way; 101 now, tcmalloc's 80). No mode is on
+         * 206 instructions that way; 99 now, tcmalloc's 80). No mode is on
          * (the limit is not 0); a plain read, as above. The size test is
          * not redundant: the two limits are two reads, and a thread that
          * saw the first one shut (a mode on) and the second open (the mode

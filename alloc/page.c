@@ -44,6 +44,32 @@ static void list_prepend(struct block **head, struct block *b)
     *head = b;
 }
 
+static __thread uint64_t tls_rng TLS_IE;
+
+/* xorshift64*, seeded per thread from the block secret and its own address. */
+static uint32_t page_random(void)
+{
+    uint64_t x = tls_rng;
+    if (!x)
+        x = block_secret ^ (uintptr_t)&tls_rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    tls_rng = x;
+    return (uint32_t)((x * 0x2545F4914F6CDD1DULL) >> 32);
+}
+
+/* Secure mode's block order: order[0..n) shuffled (Fisher-Yates). */
+static void shuffle(uint16_t *order, uint32_t n)
+{
+    for (uint32_t i = n; i > 1; i--) {
+        uint32_t j = page_random() % i;
+        uint16_t t = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = t;
+    }
+}
+
 static bool map_test(const uint64_t *map, uint32_t i) { return map[i >> 6] >> (i & 63) & 1; }
 static void map_set(uint64_t *map, uint32_t i) { map[i >> 6] |= (uint64_t)1 << (i & 63); }
 
@@ -60,7 +86,6 @@ static bool block_is_held(struct page *pg, uint32_t i, uint16_t held)
 
 /* The page ran dry: thread its held blocks back onto the free list (the
  * OS faults their pages in again as they are written) and pop one. */
-static uint32_t page_random(void);
 
 static NOINLINE struct block *page_unhold(struct page *pg)
 {
@@ -76,12 +101,7 @@ static NOINLINE struct block *page_unhold(struct page *pg)
         for (uint32_t i = 0; i < pg->reserved; i++)
             if (block_is_held(pg, i, held))
                 order[n++] = (uint16_t)i;
-        for (uint32_t i = n - 1; i > 0; i--) {
-            uint32_t j = page_random() % (i + 1);
-            uint16_t t = order[i];
-            order[i] = order[j];
-            order[j] = t;
-        }
+        shuffle(order, n);
         for (uint32_t i = 0; i < n; i++)
             list_prepend(&head, page_block(pg, order[i]));
     } else {
@@ -186,21 +206,6 @@ void page_purge_free_blocks(struct page *pg)
 
 /* ---- carving ------------------------------------------------------------ */
 
-static __thread uint64_t tls_rng TLS_IE;
-
-/* xorshift64*, seeded per thread from the block secret and its own address. */
-static uint32_t page_random(void)
-{
-    uint64_t x = tls_rng;
-    if (!x)
-        x = block_secret ^ (uintptr_t)&tls_rng;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    tls_rng = x;
-    return (uint32_t)((x * 0x2545F4914F6CDD1DULL) >> 32);
-}
-
 /* Threads blocks base + order[1..n-1] (of size bs, from start) onto the
  * (empty) free list, in that order, and returns block base + order[0],
  * counted as used. No order means address order. */
@@ -223,12 +228,7 @@ static NOINLINE struct block *page_extend_shuffled(struct page *pg, uint8_t *sta
     uint16_t order[OS_PAGE / 16];
     for (uint32_t i = 0; i < n; i++)
         order[i] = (uint16_t)i;
-    for (uint32_t i = n - 1; i > 0; i--) {
-        uint32_t j = page_random() % (i + 1);
-        uint16_t t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
+    shuffle(order, n);
     return page_thread_run(pg, start, bs, base, order, n);
 }
 

@@ -67,7 +67,7 @@ static inline unsigned sizeclass_of_medium(size_t size)
 /* The same for malloc's medium lane, by table: above SMALL_MAX every class
  * size is a multiple of 1 KiB, so the KiB a request reaches into decides
  * its class (4 instructions against the computation's 10; a 50,000 B
- * pair 107 -> 101). sizeclass.c builds the table from the formula above.
+ * pair 105 -> 99). sizeclass.c builds the table from the formula above.
  * Precondition: SMALL_MAX < size <= MEDIUM_MAX. */
 extern HIDDEN const uint8_t sizeclass_medium_by_kib[MEDIUM_MAX >> 10];
 
