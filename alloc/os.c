@@ -257,24 +257,36 @@ void os_move_into(void *p, size_t size, void *dst, bool keep)
     os_unmap(p, size);
 }
 
+/* Resizes [p, p + old_size) where it is, through its last kernel mapping
+ * (`last` bytes in) when it grows: only that one can. */
+static bool os_resize_in_place(void *p, size_t old_size, size_t new_size, size_t last)
+{
+    size_t from = new_size > old_size ? last : 0;
+    uint64_t t0 = os_call_begin();
+    void *q = mremap((char *)p + from, old_size - from, new_size - from, 0);
+    os_call_end(OS_MREMAP, t0);
+    if (q == MAP_FAILED)
+        return false;
+    atomic_fetch_add_explicit(&bytes_mapped, new_size - old_size, memory_order_relaxed);
+    return true;
+}
+
+bool os_grow_in_place(void *p, size_t old_size, size_t new_size, size_t last)
+{
+    return !os_should_fail() && os_resize_in_place(p, old_size, new_size, last);
+}
+
 void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align,
                        size_t last, bool split, enum os_remap_how *how)
 {
     if (new_size > old_size && os_should_fail())
         return NULL;
     /* Shrinking always succeeds in place (the kernel unmaps the tail across
-     * mappings); growing in place, which only the last mapping can do,
-     * keeps the address and therefore the alignment. */
+     * mappings); growing in place keeps the address and therefore the
+     * alignment. */
     *how = OS_REMAP_IN_PLACE;
-    size_t from = new_size > old_size ? last : 0;
-    uint64_t t0 = os_call_begin();
-    void *q = mremap((char *)p + from, old_size - from, new_size - from, 0);
-    os_call_end(OS_MREMAP, t0);
-    if (q != MAP_FAILED) {
-        atomic_fetch_add_explicit(&bytes_mapped, new_size - old_size,
-                                  memory_order_relaxed);
+    if (os_resize_in_place(p, old_size, new_size, last))
         return p;
-    }
     if (new_size <= old_size)
         return NULL;
     /* A fresh aligned range of the new size, and the pages moved onto it
@@ -286,9 +298,9 @@ void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align,
     if (!target)
         return NULL;
     *how = OS_REMAP_ONE;
-    q = MAP_FAILED;
+    void *q = MAP_FAILED;
     if (last == 0) {
-        t0 = os_call_begin();
+        uint64_t t0 = os_call_begin();
         q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
         os_call_end(OS_MREMAP, t0);
     }

@@ -78,6 +78,10 @@ enum os_remap_how { OS_REMAP_IN_PLACE, OS_REMAP_ONE, OS_REMAP_PIECES };
 HIDDEN void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align,
                               size_t last, bool split, enum os_remap_how *how);
 HIDDEN void  os_move_into(void *p, size_t size, void *dst, bool keep);
+/* Grows [p, p + old_size), whose last kernel mapping starts `last` bytes
+ * in, to new_size where it is: true when the address space after it was
+ * free (the new part reads as zero), false with nothing changed. */
+HIDDEN bool  os_grow_in_place(void *p, size_t old_size, size_t new_size, size_t last);
 /* Under valgrind's memcheck: tells it that tally is taking [p, p + size)
  * back as its own memory (fresh page carving, a reused mapping's header),
  * so earlier freed blocks' no-access marks do not cover tally's metadata.

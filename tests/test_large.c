@@ -301,6 +301,31 @@ Test(large, a_split_tail_serves_the_next_request_warm)
     free(b);
 }
 
+Test(large, a_freed_block_joins_its_cached_tail)
+{
+    /* A 5 MiB block cut from a cached 24 MiB one leaves the 16 MiB tail
+     * cached; freed, the block is joined with it again, so a 20 MiB
+     * request gets the same mapping back, its pages where they were. (Kept
+     * apart, neither covered 20 MiB, and both moved into a fresh mapping.) */
+    size_t whole = 24u << 20, part = 5u << 20, big = 20u << 20;
+    arm_cache();
+    char *p = malloc(whole);
+    memset(p, 1, whole);
+    free(p);
+    char *a = malloc(part);
+    cr_assert_eq(a, p, "the 5 MiB block is the cached block's head");
+    memset(a, 2, part);
+    free(a);
+    long faults = minor_faults();
+    char *b = malloc(big);
+    memset(b, 3, big);
+    long taken = minor_faults() - faults;
+    cr_assert_eq(b, p, "the 20 MiB block is the joined mapping (got %p, cached %p)",
+                 (void *)b, (void *)p);
+    cr_assert_lt(taken, 64, "20 MiB out of the joined 24 MiB took %ld faults", taken);
+    free(b);
+}
+
 Test(large, the_cache_keeps_few_blocks_below_a_segment)
 {
     /* Sixteen freed 1 MiB blocks: the cache keeps twelve of them mapped
