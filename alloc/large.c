@@ -44,9 +44,10 @@ static void large_untag(struct large_header *h)
  * largest piece grows where it is when the address space after it is
  * free, and only the others move in after it; else every piece moves into
  * a fresh mapping. (Under shadow paging a moved page faults again on its
- * next touch, hidden from the guest: malloc-large moved 1.2 GiB of pages
- * with every piece moving, see docs/benchmarks.md.) *m gets the cuts
- * between them. NULL, with every piece unmapped, when the kernel says no. */
+ * next touch, hidden from the guest; malloc-large moved 1.16 GiB of pages
+ * a run with every piece moving, 0.62 this way: docs/benchmarks.md.) *m
+ * gets the cuts between them. NULL, with every piece unmapped, when the
+ * kernel says no. */
 static struct large_header *large_glue(struct large_piece *pc, unsigned n, size_t size,
                                        struct large_maps *m)
 {

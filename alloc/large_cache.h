@@ -4,7 +4,8 @@
  * Giving every freed large block straight back to the kernel means the next
  * one is faulted in page by page (jemalloc and mimalloc spend most of the
  * malloc-large workload in the kernel that way). A few freed mappings are
- * kept instead, resident; large.c splits, glues and grows them with mremap
+ * kept instead, resident; a freed one joins the cached ones next to it in
+ * the address space, and large.c splits, glues and grows them with mremap
  * to fit the next request. They are unmapped once unused for
  * LARGE_CACHE_EXPIRE_MS or on malloc_trim. The cache keeps nothing until a
  * large request has followed a large free, and forgets that once emptied
