@@ -51,7 +51,8 @@ static void large_untag(struct large_header *h)
 static struct large_header *large_glue(struct large_piece *pc, unsigned n, size_t size,
                                        struct large_maps *m)
 {
-    /* Largest first: the first that grows in place goes to the front. */
+    /* Largest first; the first of them that grows in place goes to the
+     * front and stays where it is. */
     for (unsigned i = 0; i < n; i++)
         for (unsigned k = i + 1; k < n; k++)
             if (pc[k].size > pc[i].size) {
@@ -59,32 +60,28 @@ static struct large_header *large_glue(struct large_piece *pc, unsigned n, size_
                 pc[i] = pc[k];
                 pc[k] = t;
             }
-    bool grown = false;
-    for (unsigned i = 0; i < n && !grown; i++) {
-        grown = os_grow_in_place(pc[i].base, pc[i].size, size, large_maps_last(&pc[i].maps));
-        if (grown) {
+    unsigned moved = 0;     /* the pieces before it stay where they are */
+    for (unsigned i = 0; i < n && !moved; i++)
+        if (os_grow_in_place(pc[i].base, pc[i].size, size, large_maps_last(&pc[i].maps))) {
             struct large_piece t = pc[0];
             pc[0] = pc[i];
             pc[i] = t;
+            moved = 1;
         }
-    }
-    char *dst = grown ? pc[0].base : os_map_aligned(size, SEGMENT_SIZE);
-    size_t off = 0;
-    m->n = 0;
-    for (unsigned i = 0; i < n; i++) {
-        if (i == 0 && grown)
-            *m = pc[0].maps;
-        else if (dst)
+    char *dst = moved ? pc[0].base : os_map_aligned(size, SEGMENT_SIZE);
+    size_t off = moved ? pc[0].size : 0;
+    *m = moved ? pc[0].maps : (struct large_maps){ 0 };
+    for (unsigned i = moved; i < n; i++) {
+        if (dst)
             os_move_into(pc[i].base, pc[i].size, dst + off, false);
         else
             os_unmap(pc[i].base, pc[i].size);
-        if (i > 0 || !grown)
-            large_maps_append(m, &pc[i].maps, off);
+        large_maps_append(m, &pc[i].maps, off);
         off += pc[i].size;
     }
     /* The fresh part: a mapping of its own, unless it is the grown piece's
      * own last one with nothing moved in before it. */
-    if (off < size && !(grown && n == 1))
+    if (off < size && !(moved && n == 1))
         m->cut[m->n++] = (uint32_t)(off / OS_PAGE);
     return (struct large_header *)dst;
 }

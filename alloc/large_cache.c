@@ -36,51 +36,49 @@ static struct cache_entry cache_remove(unsigned i)
     return e;
 }
 
-/* Whether a range of size a with cuts ma, followed by one of size b with
- * cuts mb, can be one entry: at most LARGE_MAX_MAPS kernel mappings (the
- * boundary counts as a cut: after a move the kernel keeps the two apart),
- * at most half the cache, and cuts that fit their 32-bit page counts. */
-static bool cache_can_join(size_t a, const struct large_maps *ma, size_t b,
-                           const struct large_maps *mb, size_t limit)
+/* Whether hi starts where lo ends and the two can be one entry: at most
+ * LARGE_MAX_MAPS kernel mappings (the boundary counts as a cut: after a
+ * move the kernel keeps the two apart), at most half the cache, and cuts
+ * that fit their 32-bit page counts. */
+static bool cache_joinable(const struct cache_entry *lo, const struct cache_entry *hi,
+                           size_t limit)
 {
-    return ma->n + 1 + mb->n <= LARGE_MAX_MAPS - 1 && a + b <= limit / 2 &&
-           (a + b) / OS_PAGE <= UINT32_MAX;
+    size_t sum = lo->size + hi->size;
+    return (char *)lo->base + lo->size == (char *)hi->base &&
+           lo->maps.n + 1 + hi->maps.n <= LARGE_MAX_MAPS - 1 && sum <= limit / 2 &&
+           sum / OS_PAGE <= UINT32_MAX;
 }
 
-/* Joins the freed range *base..*size with the cached entries right before
- * and right after it in the address space, so that a request bigger than
- * either is served in place. A split leaves its tail cached next to the
- * block it cut off; once that block is freed too, the two were glued by
- * moving every page into a fresh mapping, and under shadow paging (a PVM
- * guest) each moved page faults again, hidden from the guest, on its
- * next touch (3.9 us a page against 10 us for a fresh one, and ~0 under
- * nested paging). Called with the lock held. */
-static void cache_join_neighbours(char **base, size_t *size, struct large_maps *m,
-                                  size_t limit)
+/* lo becomes lo and hi as one entry (cache_joinable). */
+static void cache_join(struct cache_entry *lo, const struct cache_entry *hi)
 {
-    for (unsigned i = 0; i < count; i++) {
-        struct cache_entry *e = &slots[i];
-        if ((char *)e->base + e->size == *base &&
-            cache_can_join(e->size, &e->maps, *size, m, limit)) {
+    large_maps_append(&lo->maps, &hi->maps, lo->size);
+    lo->size += hi->size;
+}
+
+/* Joins the freed range e with the cached entries right before and right
+ * after it in the address space, so that a request bigger than either is
+ * served in place. A split leaves its tail cached next to the block it
+ * cut off; once that block is freed too, the two were glued by moving
+ * every page into a fresh mapping, and under shadow paging (a PVM guest)
+ * each moved page faults again, hidden from the guest, on its next touch
+ * (3.9 us a page against 10 us for a fresh one, and ~0 under nested
+ * paging). Called with the lock held. */
+static void cache_join_neighbours(struct cache_entry *e, size_t limit)
+{
+    for (unsigned i = 0; i < count; i++)
+        if (cache_joinable(&slots[i], e, limit)) {
             struct cache_entry before = cache_remove(i);
-            struct large_maps joined = before.maps;
-            large_maps_append(&joined, m, before.size);
-            *m = joined;
-            *base = before.base;
-            *size += before.size;
+            cache_join(&before, e);
+            *e = before;
             break;
         }
-    }
-    for (unsigned i = 0; i < count; i++) {
-        struct cache_entry *e = &slots[i];
-        if (*base + *size == (char *)e->base &&
-            cache_can_join(*size, m, e->size, &e->maps, limit)) {
+    for (unsigned i = 0; i < count; i++)
+        if (cache_joinable(e, &slots[i], limit)) {
             struct cache_entry after = cache_remove(i);
-            large_maps_append(m, &after.maps, *size);
-            *size += after.size;
+            cache_join(e, &after);
             break;
         }
-    }
 }
 
 void large_cache_put(void *base, size_t size, const struct large_maps *m)
@@ -96,13 +94,12 @@ void large_cache_put(void *base, size_t size, const struct large_maps *m)
      * passes the slot count. */
     struct cache_entry evicted[LARGE_CACHE_SLOTS];
     unsigned n_evicted = 0;
-    char *start = base;
-    struct large_maps maps = *m;
+    struct cache_entry e = { base, size, 0, *m };
     lock_take(&cache_lock);
-    cache_join_neighbours(&start, &size, &maps, limit);
-    while (count && (count == LARGE_CACHE_SLOTS || bytes + size > limit))
+    cache_join_neighbours(&e, limit);
+    while (count && (count == LARGE_CACHE_SLOTS || bytes + e.size > limit))
         evicted[n_evicted++] = cache_remove(0);
-    if (size < SEGMENT_SIZE) {
+    if (e.size < SEGMENT_SIZE) {
         /* The oldest of the entries below a segment, when they are many. */
         unsigned small = 0, oldest = 0;
         for (unsigned i = 0; i < count; i++)
@@ -111,9 +108,10 @@ void large_cache_put(void *base, size_t size, const struct large_maps *m)
         if (small >= LARGE_CACHE_SMALL_SLOTS)
             evicted[n_evicted++] = cache_remove(oldest);
     }
-    slots[count] = (struct cache_entry){ start, size, os_now_ms(), maps };
+    e.freed_at = os_now_ms();
+    slots[count] = e;
     __atomic_store_n(&count, count + 1, __ATOMIC_RELAXED);
-    bytes += size;
+    bytes += e.size;
     lock_give(&cache_lock);
     for (unsigned i = 0; i < n_evicted; i++)
         os_unmap(evicted[i].base, evicted[i].size);
