@@ -136,6 +136,15 @@ static inline bool heap_is_kept(const struct heap *h, const struct page *pg)
     return pg >= h->kept && pg < h->kept + NUM_SMALL_CLASSES;
 }
 
+/* Puts b on kept list k. Alone, for a list that already holds blocks:
+ * it is then its class's current page and its heap mature (heap_keep). */
+static inline void heap_kept_push(struct page *k, struct block *b)
+{
+    block_set_next(b, k->free);
+    k->free = b;
+    k->touched++;
+}
+
 /* Kept blocks (remote.h): puts b, a small block of another heap, on h's
  * list for class cls. Callers: h's own thread. Inline: a thread adopting
  * an idle owner's blocks takes this on most of its frees. */
@@ -147,9 +156,7 @@ static inline void heap_keep(struct heap *h, struct block *b, unsigned cls)
     struct page *k = &h->kept[cls];
     if (!k->free && h->current[cls] != k)
         heap_set_current(h, cls, k);
-    block_set_next(b, k->free);
-    k->free = b;
-    k->touched++;
+    heap_kept_push(k, b);
 }
 
 /* Whether no other thread's frees wait for h: no transfer buffer in its

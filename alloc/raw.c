@@ -179,14 +179,21 @@ void raw_free_own(void *p)
     free_own_checked(s, p);
 }
 
+/* raw_free_heap_block's rare case, out of line so that the common one
+ * (another heap's block) saves no registers. */
+static NOINLINE void free_owned_at(struct segment *s, void *p)
+{
+    free_owned(segment_page_of(s, p), p);
+}
+
 void raw_free_heap_block(void *p, uint16_t tag, const char *func)
 {
     struct segment *s = segment_of(p);
     const struct page_shape *sh = checked_shape(s, p, func);
-    if (tag == tls_tag)
-        free_owned(segment_page_of(s, p), p);
-    else
+    if (likely(tag != tls_tag))
         remote_free(tag, p, sh);
+    else
+        free_owned_at(s, p);
 }
 
 static uint16_t checked_tag(const void *p, const char *func)
