@@ -491,6 +491,12 @@ static struct page *heap_fresh_page(struct heap *h, unsigned cls)
 static void *alloc_slow_locked(struct heap *h, unsigned cls, bool exact)
 {
     struct page *pg = h->current[cls];
+    /* The current page's list ran dry while the class's kept list gathered
+     * blocks (heap_keep): those go out next, before the page carves. */
+    if (cls < NUM_SMALL_CLASSES && h->kept[cls].free && pg != &h->kept[cls]) {
+        heap_set_current(h, cls, &h->kept[cls]);
+        return page_pop(&h->kept[cls]);
+    }
     /* Still carving the current page (a run the fast path could not take,
      * or the next run of a page carved an OS page at a time: one taken over
      * from another class, or secure mode's): no sweep, clock or drain. */

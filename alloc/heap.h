@@ -55,9 +55,12 @@ struct heap {
     /* Adopted blocks of other heaps, per small class (remote.h): `free` is
      * the list, `used` counts takes (by the fast path), `touched` counts
      * blocks put on it, `swept_used` is `used` at the last sweep; the other
-     * fields stay 0. Invariant: a kept list that holds blocks is its
-     * class's current page (heap_keep makes it so, and nothing else sets
-     * the current page while it holds any). */
+     * fields stay 0. A kept list that holds blocks is its class's current
+     * page, except while it holds fewer than HEAP_KEPT_SWITCH and the
+     * current page has blocks on its own list: heap_keep switches once
+     * either stops being so, and the slow path switches to it when that
+     * list runs dry. Nothing else sets the current page while it is
+     * current and holds any. */
     struct page kept[NUM_SMALL_CLASSES];
     /* Other threads' frees (remote.h): transfer buffers, and single blocks
      * when no buffer could be had. Their own cache line. */
@@ -136,14 +139,25 @@ static inline bool heap_is_kept(const struct heap *h, const struct page *pg)
     return pg >= h->kept && pg < h->kept + NUM_SMALL_CLASSES;
 }
 
-/* Puts b on kept list k. Alone, for a list that already holds blocks:
- * it is then its class's current page and its heap mature (heap_keep). */
+/* Puts b on kept list k. Alone, for the class's current page: its heap
+ * is then mature (heap_keep). */
 static inline void heap_kept_push(struct page *k, struct block *b)
 {
     block_set_next(b, k->free);
     k->free = b;
     k->touched++;
 }
+
+/* Blocks a kept list gathers before it takes over from a current page
+ * that still has blocks on its list (see struct heap's kept[]). Taking
+ * over at the first block, a list fed by a sleeping owner's frees ran dry
+ * again within a few mallocs, and each switch cost a slow path and two
+ * rewrites of the class's direct[] slots: a one-worker larson copy took
+ * 198 instructions and 0.63 mispredicted branches per replacement, 181
+ * and 0.49 with 8 (callgrind, cachegrind's branch model). 32 took 173
+ * instructions but 0.68 mispredicts: own and kept blocks mix more, and
+ * free's test for its own heap's block guesses wrong more often. */
+#define HEAP_KEPT_SWITCH 8
 
 /* Kept blocks (remote.h): puts b, a small block of another heap, on h's
  * list for class cls. Callers: h's own thread. Inline: a thread adopting
@@ -154,9 +168,10 @@ static inline void heap_keep(struct heap *h, struct block *b, unsigned cls)
     if (unlikely(heap_young(h)))
         heap_mature(h);
     struct page *k = &h->kept[cls];
-    if (!k->free && h->current[cls] != k)
-        heap_set_current(h, cls, k);
     heap_kept_push(k, b);
+    struct page *cur = h->current[cls];
+    if (cur != k && (!cur->free || k->touched - k->used >= HEAP_KEPT_SWITCH))
+        heap_set_current(h, cls, k);
 }
 
 /* Whether no other thread's frees wait for h: no transfer buffer in its

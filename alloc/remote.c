@@ -335,10 +335,11 @@ void remote_free(uint16_t tag, struct block *b, const struct page_shape *sh)
     }
     if (((rb->adopting >> s) & 1) && rb->to[s] == h) {
         /* The common case here, without a call: the class's kept list
-         * already holds blocks, and they fit under the bound. */
-        struct page *k = &tls_heap->kept[sh->cls];
+         * is its current page, and the block fits under the bound. */
+        struct heap *me = tls_heap;
+        struct page *k = &me->kept[sh->cls];
         size_t kept = rb->kept_seen + sh->block_size;
-        if (likely(k->free != NULL && kept <= REMOTE_KEPT_MAX)) {
+        if (likely(me->current[sh->cls] == k && kept <= REMOTE_KEPT_MAX)) {
             rb->kept_seen = kept;
             heap_kept_push(k, b);
             return;
