@@ -57,10 +57,10 @@ struct heap {
      * blocks put on it, `swept_used` is `used` at the last sweep; the other
      * fields stay 0. A kept list that holds blocks is its class's current
      * page, except while it holds fewer than HEAP_KEPT_SWITCH and the
-     * current page has blocks on its own list: heap_keep switches once
-     * either stops being so, and the slow path switches to it when that
-     * list runs dry. Nothing else sets the current page while it is
-     * current and holds any. */
+     * current page has blocks on its own list and nothing left to carve
+     * (heap_keep); the slow path switches to it when that list runs dry.
+     * Nothing else sets the current page while it is current and holds
+     * any. */
     struct page kept[NUM_SMALL_CLASSES];
     /* Other threads' frees (remote.h): transfer buffers, and single blocks
      * when no buffer could be had. Their own cache line. */
@@ -169,8 +169,12 @@ static inline void heap_keep(struct heap *h, struct block *b, unsigned cls)
         heap_mature(h);
     struct page *k = &h->kept[cls];
     heap_kept_push(k, b);
+    /* It waits only behind a page with nothing left to carve, whose list
+     * running dry sends malloc to the slow path, which turns to it: behind
+     * a page still carving, the fast path would carve past its blocks. */
     struct page *cur = h->current[cls];
-    if (cur != k && (!cur->free || k->touched - k->used >= HEAP_KEPT_SWITCH))
+    bool waits = cur->free && !page_can_carve(cur) && k->touched - k->used < HEAP_KEPT_SWITCH;
+    if (cur != k && !waits)
         heap_set_current(h, cls, k);
 }
 
@@ -193,7 +197,7 @@ static inline bool heap_no_remote(struct heap *h)
  * page with free blocks here). */
 static inline void *heap_carve_current(struct heap *h, struct page *pg)
 {
-    if ((page_has_fresh(pg) || pg->reserved < pg->capacity) && pg->free == NULL &&
+    if (page_can_carve(pg) && pg->free == NULL &&
         heap_no_remote(h))
         return page_extend(pg);
     return NULL;

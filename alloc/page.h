@@ -28,6 +28,13 @@ static inline bool page_has_fresh(const struct page *pg)
     return pg->fresh < pg->fresh_end;
 }
 
+/* Whether pg has memory left to carve: its fresh run, or area not yet
+ * reserved (a page carved an OS page at a time). */
+static inline bool page_can_carve(const struct page *pg)
+{
+    return page_has_fresh(pg) || pg->reserved < pg->capacity;
+}
+
 /* The next block of pg's fresh run, counted as used. Precondition:
  * page_has_fresh(pg). */
 static inline struct block *page_take_fresh(struct page *pg)
@@ -40,7 +47,7 @@ static inline struct block *page_take_fresh(struct page *pg)
 
 static inline bool page_has_room(const struct page *pg)
 {
-    return pg->free != NULL || page_has_fresh(pg) || pg->reserved < pg->capacity || pg->held;
+    return pg->free != NULL || page_can_carve(pg) || pg->held;
 }
 
 /* Partial purge of a live small page: hands back every OS page whose

@@ -384,6 +384,50 @@ Test(threads, after_adopting_a_buffer_a_thread_keeps_the_next_free_at_once, .tim
     free(job.got);
 }
 
+/* A kept list may gather a few blocks behind the current page before it
+ * takes over (HEAP_KEPT_SWITCH, heap.h), but not behind a page that can
+ * still carve: malloc's fast path would carve fresh blocks past the kept
+ * ones. The worker drains what it adopted, takes a fresh page of its
+ * own, frees one of its blocks onto that page's list, then frees the
+ * owner's last block alone: that block must go out next, before the
+ * worker's own block and the page's fresh memory. */
+struct behind { void **v; int n; void *last, *got; };
+
+static void *keep_behind_a_carving_page(void *arg)
+{
+    struct behind *job = arg;
+    void *taken[ONE_PER_BUF];
+    void *own = malloc(1000);   /* a thread adopts only into a heap of its own */
+    for (int i = 0; i < job->n - 1; i++)    /* the seventeenth buffer is adopted */
+        free(job->v[i]);
+    for (int i = 0; i < ONE_PER_BUF; i++)   /* the kept list runs dry */
+        taken[i] = malloc(ONE_SIZE);
+    void *mine = malloc(ONE_SIZE);          /* a page of its own, carving */
+    free(mine);                             /* its list holds a block */
+    job->last = job->v[job->n - 1];
+    free(job->last);
+    job->got = malloc(ONE_SIZE);
+    free(job->got);
+    for (int i = 0; i < ONE_PER_BUF; i++)
+        free(taken[i]);
+    free(own);
+    return NULL;
+}
+
+Test(threads, a_kept_block_goes_out_before_a_carving_page_carves, .timeout = 30)
+{
+    static void *v[(ADOPT_BUFS + 1) * ONE_PER_BUF + 1];
+    int n = (int)(sizeof v / sizeof v[0]);
+    for (int i = 0; i < n; i++)
+        v[i] = malloc(ONE_SIZE);
+    struct behind job = { v, n, NULL, NULL };
+    pthread_t t;
+    pthread_create(&t, NULL, keep_behind_a_carving_page, &job);
+    pthread_join(t, NULL);
+    cr_assert_eq(job.got, job.last, "malloc gave %p, the kept block was %p",
+                 job.got, job.last);
+}
+
 /* A thread that frees a sleeping owner's blocks keeps at most
  * REMOTE_KEPT_MAX bytes of them (remote.h); the rest go home, where the
  * owner's next mallocs find them. main frees 2 MiB of blocks of an owner
