@@ -149,14 +149,13 @@ static inline void heap_kept_push(struct page *k, struct block *b)
 }
 
 /* Blocks a kept list gathers before it takes over from a current page
- * that still has blocks on its list (see struct heap's kept[]). Taking
- * over at the first block, a list fed by a sleeping owner's frees ran dry
- * again within a few mallocs, and each switch cost a slow path and two
- * rewrites of the class's direct[] slots: a one-worker larson copy took
- * 198 instructions and 0.63 mispredicted branches per replacement, 181
- * and 0.49 with 8 (callgrind, cachegrind's branch model). 32 took 173
- * instructions but 0.68 mispredicts: own and kept blocks mix more, and
- * free's test for its own heap's block guesses wrong more often. */
+ * that still has blocks on its list and nothing left to carve (see
+ * struct heap's kept[]). Taking over at the first block, a list fed by a
+ * sleeping owner's frees ran dry again within a few mallocs, and each
+ * switch cost a slow path and two rewrites of the class's direct[]
+ * slots: a one-worker larson copy took 197 instructions and 0.62
+ * mispredicted branches (cachegrind's model) per replacement, 193 and
+ * 0.52 with 8, 192 with 32. */
 #define HEAP_KEPT_SWITCH 8
 
 /* Kept blocks (remote.h): puts b, a small block of another heap, on h's
