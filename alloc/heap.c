@@ -159,17 +159,24 @@ static void heap_purge_page(struct heap *h, struct page *pg)
  * of free blocks go back. Medium pages (a class usually has just one, its
  * current page): the inside of every free block, which costs the next user
  * of the block only the faults of the pages it really touches. */
-static void heap_sweep_live_page(struct heap *h, struct page *pg)
+static void heap_sweep_live_page(struct heap *h, struct page *pg, bool at_once)
 {
     page_purge_tail(pg);
     if (pg->used >= pg->swept_used)
         return;
-    if (pg->cls >= NUM_SMALL_CLASSES)
+    if (pg->cls >= NUM_SMALL_CLASSES) {
         page_purge_free_blocks(pg);
-    else if (2 * pg->used <= pg->reserved && h->current[pg->cls] != pg)
+    } else if (2 * pg->used <= pg->reserved && h->current[pg->cls] != pg) {
+        if (!pg->sparse_seen && !at_once) {
+            pg->sparse_seen = 1;
+            return;             /* sparse for the first time: look again next sweep */
+        }
         page_purge_free_runs(pg);
-    else
+    } else {
+        pg->sparse_seen = 0;
         return;                 /* not sparse yet: look again when it is */
+    }
+    pg->sparse_seen = 0;
     pg->swept_used = pg->used;
 }
 
@@ -214,6 +221,7 @@ static void heap_collect(struct heap *h, uint64_t now, uint64_t delay)
      * date it from there, so a heap that sat idle for longer than the
      * delay gives its empty pages back at its first sweep. */
     uint64_t since = h->last_sweep_ms ? h->last_sweep_ms : now;
+    bool at_once = delay == 0 || now - since >= delay;
     __atomic_store_n(&h->last_sweep_ms, now, __ATOMIC_RELAXED);   /* read by heap_life.c */
     if (small_due)
         h->next_small_sweep_ms = now + delay / 2;
@@ -224,7 +232,7 @@ static void heap_collect(struct heap *h, uint64_t now, uint64_t delay)
             if (pg->used == 0)
                 heap_retire_page(h, pg, since);
             else
-                heap_sweep_live_page(h, pg);
+                heap_sweep_live_page(h, pg, at_once);
         }
     }
     purge_retired(h, now, delay, medium_delay);

@@ -776,6 +776,64 @@ Test(purge, a_sparse_page_refilled_and_emptied_again_gives_back_again)
         free(v[i]);
 }
 
+/* A small page that turns sparse while the program runs gives its free OS
+ * pages back only when the next sweep of small pages finds it sparse still:
+ * one that churns around half full was purged and faulted back in over
+ * and over (rssfoot: 42-61k faults, 22k now). With purge_delay at 4 s,
+ * small pages are swept every 2 s: the sweep after the frees marks the
+ * page, the one after that purges it. */
+static uint64_t purged_bytes_now(void)
+{
+    struct tally_stats s = { .size = sizeof s };
+    cr_assert_eq(tally_stats_get(&s), 0);
+    return s.purged_bytes;
+}
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void run_until(double t)
+{
+    while (seconds_now() < t) {
+        allocate_a_little(3000);
+        sleep_ms(10);
+    }
+}
+
+Test(purge, a_sparse_page_is_purged_once_it_stays_sparse_to_the_next_sweep, .timeout = 60)
+{
+    enum { N = 10000, SIZE = 2000 };
+    static unsigned char *v[N];
+    cr_assert_eq(tally_option_set("purge_delay", "4000"), 0);
+    double t0 = seconds_now();
+    run_until(t0 + 0.5);        /* a sweep of small pages: from now on 2 s apart */
+    for (int i = 0; i < N; i++) {
+        v[i] = malloc(SIZE);
+        memset(v[i], 1, SIZE);
+    }
+    for (int i = 0; i < N; i++) {
+        if (i % 10) {
+            free(v[i]);
+            v[i] = NULL;
+        }
+    }
+    uint64_t before = purged_bytes_now();
+    run_until(t0 + 3.2);        /* one more: it finds the pages sparse */
+    uint64_t first = purged_bytes_now() - before;
+    run_until(t0 + 5.8);        /* and the next one purges them */
+    uint64_t second = purged_bytes_now() - before;
+    cr_assert_lt(first, (uint64_t)N * SIZE / 8, "%llu bytes purged at the first look",
+                 (unsigned long long)first);
+    cr_assert_gt(second, (uint64_t)N * SIZE / 2, "%llu bytes purged by the second look",
+                 (unsigned long long)second);
+    for (int i = 0; i < N; i += 10)
+        free(v[i]);
+}
+
 /* The medium-page cases: MEDIUM_N blocks of MEDIUM_SIZE beside one kept
  * block that keeps their page from retiring, with a short purge delay. */
 enum { MEDIUM_N = 8, MEDIUM_SIZE = 400000 };
