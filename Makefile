@@ -70,7 +70,8 @@ test-deps:
 
 TEST_PROGS := $(BUILD)/tests/prog_plain $(BUILD)/tests/prog_static $(BUILD)/tests/prog_cxx \
               $(BUILD)/tests/prog_overflow $(BUILD)/tests/prog_memcheck \
-              $(BUILD)/tests/prog_atfork_first $(BUILD)/tests/prog_shrink_refused
+              $(BUILD)/tests/prog_atfork_first $(BUILD)/tests/prog_shrink_refused \
+              $(BUILD)/tests/prog_early_free
 
 $(TEST_BIN): $(TEST_SRC) tests/helpers.h $(LIB_SO) $(LIB_TOOL) $(TEST_PROGS)
 	@mkdir -p $(dir $@)
@@ -101,6 +102,17 @@ $(BUILD)/tests/prog_atfork_first: tests/progs/atfork_first.c
 $(BUILD)/tests/prog_shrink_refused: tests/progs/shrink_refused.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -o $@ $< -ldl
+
+# A program whose library frees in its constructor, before a preloaded
+# tally's constructor runs.
+$(BUILD)/tests/libearly_free.so: tests/progs/early_free_lib.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -shared -fPIC -o $@ $<
+
+$(BUILD)/tests/prog_early_free: tests/progs/early_free.c $(BUILD)/tests/libearly_free.so
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -o $@ $< -Wl,--no-as-needed -L$(BUILD)/tests -learly_free \
+	    -Wl,-rpath,'$$ORIGIN'
 
 $(BUILD)/tests/prog_cxx: tests/progs/uses_new.cc
 	@mkdir -p $(dir $@)

@@ -70,6 +70,7 @@ void init_ensure(void)
         return;
     }
     tls_initializing = true;
+    segmap_init();           /* before anything can be tagged */
     heap_empty_init();       /* before hooks_update opens malloc's fast path */
     segment_init_secret();
     options_load_env();

@@ -73,6 +73,8 @@ static void *os_map_at(void *hint, size_t size, int flags)
 
 void *os_map(size_t size) { return os_map_at(NULL, size, MAP_NORESERVE); }
 
+void *os_map_table(size_t size) { return os_mmap_raw(NULL, size, MAP_NORESERVE); }
+
 void os_unmap(void *p, size_t size)
 {
     uint64_t t0 = os_call_begin();

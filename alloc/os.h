@@ -55,6 +55,11 @@ struct os_counters {
 extern HIDDEN bool os_time_calls;
 
 HIDDEN void *os_map(size_t size);
+/* Address space for tally's own tables (the segment map), zeroed like
+ * os_map's but not counted in mapped_bytes (it is no heap memory) and
+ * never refused by the failure-injection hook: start-up has no way to
+ * fail softly. */
+HIDDEN void *os_map_table(size_t size);
 HIDDEN void *os_map_aligned(size_t size, size_t align);
 /* Aligned address space, trying `hint` first (an address the caller
  * expects to be free and aligned: one call instead of three when it is). */

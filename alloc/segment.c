@@ -13,6 +13,7 @@
 #include "os.h"
 #include "init.h"
 #include "lock.h"
+#include "diag.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -31,7 +32,9 @@
 #define SEGMENT_RESERVE_FIRST 4
 #define SEGMENT_RESERVE_MAX   64
 
-HIDDEN uint16_t segmap[(size_t)1 << SEGMAP_BITS];
+static uint16_t segmap_none[1];
+HIDDEN uint16_t *segmap = segmap_none;
+HIDDEN uintptr_t segmap_mask;
 HIDDEN uintptr_t block_secret;
 
 /* Called first thing at start-up, before any free list exists. The kernel
@@ -76,6 +79,15 @@ static struct segment *segment_map_fresh(void)
     reserve_next += SEGMENT_SIZE;
     reserve_left--;
     return s;
+}
+
+void segmap_init(void)
+{
+    uint16_t *map = os_map_table((size_t)sizeof *segmap << SEGMAP_BITS);
+    if (!map)
+        diag_fail("malloc", "cannot map the segment map (64 MiB of address space)", NULL);
+    __atomic_store_n(&segmap, map, __ATOMIC_RELAXED);
+    __atomic_store_n(&segmap_mask, SEGMAP_MASK, __ATOMIC_RELEASE);
 }
 
 void segmap_set_range(const void *p, size_t size, uint16_t first, uint16_t rest)

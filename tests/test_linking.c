@@ -17,6 +17,16 @@ Test(linking, ld_preload_replaces_malloc)
     cr_assert_str_eq(out, "tally 0.1.0 allocated=yes\n");
 }
 
+/* A library's constructor runs before a preloaded tally's: its free(NULL)
+ * meets tally before start-up mapped the segment map. */
+Test(linking, a_free_before_tallys_constructor_runs)
+{
+    char out[512], cmd[1024];
+    snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s ./prog_early_free", tally_lib());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_str_eq(out, "early ok\nmain\n");
+}
+
 Test(linking, cxx_new_and_delete_go_through_tally)
 {
     char out[512], cmd[1024];
