@@ -367,18 +367,25 @@ static void *free_then_take(void *arg)
     return NULL;
 }
 
-Test(threads, after_adopting_a_buffer_a_thread_keeps_the_next_free_at_once, .timeout = 30)
+/* main builds seventeen buffers' worth of blocks and one more, then waits
+ * in join while `worker` frees them: sixteen full buffers make main's
+ * stack deep enough, the next is adopted. Returns what the worker saw. */
+static struct one_by_one adopt_from_main(void *(*worker)(void *))
 {
-    /* Sixteen full buffers make main's stack deep enough; the next is
-     * adopted; the last block is freed alone. */
     static void *v[(ADOPT_BUFS + 1) * ONE_PER_BUF + 1];
     int n = (int)(sizeof v / sizeof v[0]);
     for (int i = 0; i < n; i++)
         v[i] = malloc(ONE_SIZE);
     struct one_by_one job = { v, n, NULL, NULL };
     pthread_t t;
-    pthread_create(&t, NULL, free_then_take, &job);
+    pthread_create(&t, NULL, worker, &job);
     pthread_join(t, NULL);
+    return job;
+}
+
+Test(threads, after_adopting_a_buffer_a_thread_keeps_the_next_free_at_once, .timeout = 30)
+{
+    struct one_by_one job = adopt_from_main(free_then_take);   /* the last freed alone */
     cr_assert_eq(job.got, job.last, "malloc gave %p, the block freed last was %p",
                  job.got, job.last);
     free(job.got);
@@ -391,11 +398,9 @@ Test(threads, after_adopting_a_buffer_a_thread_keeps_the_next_free_at_once, .tim
  * own, frees one of its blocks onto that page's list, then frees the
  * owner's last block alone: that block must go out next, before the
  * worker's own block and the page's fresh memory. */
-struct behind { void **v; int n; void *last, *got; };
-
 static void *keep_behind_a_carving_page(void *arg)
 {
-    struct behind *job = arg;
+    struct one_by_one *job = arg;
     void *taken[ONE_PER_BUF];
     void *own = malloc(1000);   /* a thread adopts only into a heap of its own */
     for (int i = 0; i < job->n - 1; i++)    /* the seventeenth buffer is adopted */
@@ -416,14 +421,7 @@ static void *keep_behind_a_carving_page(void *arg)
 
 Test(threads, a_kept_block_goes_out_before_a_carving_page_carves, .timeout = 30)
 {
-    static void *v[(ADOPT_BUFS + 1) * ONE_PER_BUF + 1];
-    int n = (int)(sizeof v / sizeof v[0]);
-    for (int i = 0; i < n; i++)
-        v[i] = malloc(ONE_SIZE);
-    struct behind job = { v, n, NULL, NULL };
-    pthread_t t;
-    pthread_create(&t, NULL, keep_behind_a_carving_page, &job);
-    pthread_join(t, NULL);
+    struct one_by_one job = adopt_from_main(keep_behind_a_carving_page);
     cr_assert_eq(job.got, job.last, "malloc gave %p, the kept block was %p",
                  job.got, job.last);
 }
