@@ -20,6 +20,7 @@ void page_init(struct segment *s, struct page *pg, unsigned cls)
     pg->capacity = (uint16_t)(area / bs);
     pg->reserved = 0;
     pg->held = 0;
+    pg->sparse_seen = 0;
     pg->swept_used = UINT32_MAX;
     pg->used = 0;
     pg->free = NULL;

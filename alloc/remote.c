@@ -199,25 +199,6 @@ static bool buf_adopt(struct remote_batch *rb, struct heap *h, struct remote_buf
     return true;
 }
 
-/* The next block for a heap being adopted from: kept at once, with no
- * buffer and no look at the owner's stack (its depth only grows while
- * nothing is pushed onto it). Blocks handed out from a kept list come back
- * here when freed, so this is the path they take for as long as the owner
- * sleeps. False once the kept bytes would pass the bound (the buffer path
- * then looks at the depth and the kept bytes again). */
-static inline bool adopt_one(struct remote_batch *rb, unsigned s, struct block *b,
-                             const struct page_shape *sh)
-{
-    if (sh->cls >= NUM_SMALL_CLASSES || rb->kept_seen + sh->block_size > REMOTE_KEPT_MAX) {
-        rb->adopting &= ~((uint64_t)1 << s);
-        rb->kept_recheck = 0;
-        return false;
-    }
-    rb->kept_seen += sh->block_size;
-    heap_keep(tls_heap, b, sh->cls);
-    return true;
-}
-
 /* Splices first..last, already linked, onto h's chain of single blocks. */
 static void chain_push(struct heap *h, struct block *first, struct block *last)
 {
@@ -296,12 +277,21 @@ static inline void buffer_free(struct remote_batch *rb, struct heap *h, uint16_t
     buffer_free_slow(rb, h, tag, b);
 }
 
-/* remote_free for a heap being adopted from. */
-static NOINLINE void adopting_free(struct remote_batch *rb, struct heap *h, uint16_t tag,
-                                   struct block *b, const struct page_shape *sh)
+/* A block for a heap being adopted from that does not fit under the bound
+ * on kept bytes: adoption ends until the next full buffer, which looks at
+ * the owner's depth and counts the kept bytes again. */
+static NOINLINE void adopting_full(struct remote_batch *rb, struct heap *h, uint16_t tag,
+                                   struct block *b)
 {
-    if (!adopt_one(rb, tag & (SLOTS - 1), b, sh))
-        buffer_free(rb, h, tag, b);
+    rb->adopting &= ~((uint64_t)1 << (tag & (SLOTS - 1)));
+    rb->kept_recheck = 0;
+    buffer_free(rb, h, tag, b);
+}
+
+/* heap_keep out of line: the kept list is not the current page yet. */
+static NOINLINE void keep_switching(struct heap *me, struct block *b, unsigned cls)
+{
+    heap_keep(me, b, cls);
 }
 
 /* remote_free for a medium block: appended as any other, and the buffer
@@ -334,17 +324,23 @@ void remote_free(uint16_t tag, struct block *b, const struct page_shape *sh)
         return;
     }
     if (((rb->adopting >> s) & 1) && rb->to[s] == h) {
-        /* The common case here, without a call: the class's kept list
-         * is its current page, and the block fits under the bound. */
-        struct heap *me = tls_heap;
-        struct page *k = &me->kept[sh->cls];
+        /* A heap being adopted from: its next block is kept at once, with
+         * no buffer and no look at its stack (the depth only grows while
+         * nothing is pushed onto it). Blocks handed out from a kept list
+         * come back here when freed, for as long as the owner sleeps. The
+         * common case makes no call: the kept list is the current page. */
         size_t kept = rb->kept_seen + sh->block_size;
-        if (likely(me->current[sh->cls] == k && kept <= REMOTE_KEPT_MAX)) {
-            rb->kept_seen = kept;
-            heap_kept_push(k, b);
+        if (unlikely(kept > REMOTE_KEPT_MAX)) {
+            adopting_full(rb, h, tag, b);
             return;
         }
-        adopting_free(rb, h, tag, b, sh);
+        rb->kept_seen = kept;
+        struct heap *me = tls_heap;
+        struct page *k = &me->kept[sh->cls];
+        if (likely(me->current[sh->cls] == k))
+            heap_kept_push(k, b);
+        else
+            keep_switching(me, b, sh->cls);
         return;
     }
     buffer_free(rb, h, tag, b);
