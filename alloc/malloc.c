@@ -6,6 +6,8 @@
  *          └─slow──> hooks_alloc (a mode is on) | raw_alloc -> heap slow path
  *   free   ──fast──> segmap tag | hooks bit == my heap's tag -> page -> push
  *          └─slow──> hooks_free (a mode is on, or a debug block) | raw_free
+ *   calloc ──fast──> malloc's small lane, then memset
+ *          └─slow──> hooks_alloc | raw_calloc
  * Instrumentation rides the tests the fast paths make anyway: while a mode
  * is on, malloc_fast_limit is 0 and the hooks bit is OR-ed into the tag, so
  * both fast paths miss and the slow paths dispatch. This is the only file
@@ -22,6 +24,7 @@
 
 #include <errno.h>
 #include <malloc.h>
+#include <string.h>
 
 #define EXPORT __attribute__((visibility("default")))
 #define CALLER __builtin_return_address(0)
@@ -31,7 +34,7 @@
  * of 15 alternating runs). */
 #define FAST_ENTRY __attribute__((aligned(64)))
 
-static void *malloc_fail(void)
+static NOINLINE void *malloc_fail(void)
 {
     errno = ENOMEM;
     return NULL;
@@ -153,12 +156,36 @@ EXPORT FAST_ENTRY void free(void *p)
     free_slow(p, CALLER);
 }
 
-EXPORT void *calloc(size_t n, size_t size)
+/* Out of line, both, so that calloc's fast path saves no registers. */
+static NOINLINE void *calloc_slow(size_t total, const void *site)
+{
+    return alloc_entry(total, MIN_ALIGN, HOOK_CALLOC, site);
+}
+
+static NOINLINE void *calloc_ticked(struct heap *h, struct block *b, size_t total)
+{
+    return memset(heap_tick(h, b), 0, total);
+}
+
+/* A small calloc takes malloc's fast path, then clears what was asked
+ * for: through alloc_entry, a calloc(1, 64)+free pair took 159
+ * instructions against malloc's 56 (tcmalloc 127, jemalloc 148). While a
+ * mode is on the limit is 0, and the hooks see HOOK_CALLOC as before. */
+EXPORT FAST_ENTRY void *calloc(size_t n, size_t size)
 {
     size_t total;
     if (__builtin_mul_overflow(n, size, &total))
         return malloc_fail();
-    return alloc_entry(total, MIN_ALIGN, HOOK_CALLOC, CALLER);
+    struct heap *h = tls_heap;
+    if (likely(total < malloc_fast_limit)) {       /* plain: see malloc */
+        struct block *b = take_inline(h, h->direct[(total + 15) >> 4]);
+        if (likely(b != NULL)) {
+            if (unlikely(--h->tick < 0))
+                return calloc_ticked(h, b, total);
+            return memset(b, 0, total);
+        }
+    }
+    return calloc_slow(total, CALLER);
 }
 
 static void *realloc_entry(void *p, size_t size, const void *site)

@@ -3,9 +3,10 @@
 
 `make bench-instructions` runs build/bench/instr_pairs SIZE N under
 valgrind's callgrind for N pairs and for 0 pairs, for each allocator and
-each size (16, 256, 4000 B), and prints (I(N) - I(0)) / N: the instructions
-of one malloc+free pair, loop included. Instruction counts do not depend on
-machine noise, so this is the number to watch for fast-path changes.
+each size (16, 256, 4000 B, and a calloc(1, 64)+free pair), and prints
+(I(N) - I(0)) / N: the instructions of one pair, loop included.
+Instruction counts do not depend on machine noise, so this is the number
+to watch for fast-path changes.
 
 The allocator is preloaded as `LD_PRELOAD=lib.so valgrind ... prog`:
 valgrind passes LD_PRELOAD on to the program (adding its own preloads),
@@ -28,18 +29,19 @@ sys.path.insert(0, HERE)
 
 from harness import allocators, cli  # noqa: E402
 
-SIZES = [16, 256, 4000]
+# (size, call): the rows of the table.
+ROWS = [(16, "malloc"), (256, "malloc"), (4000, "malloc"), (64, "calloc")]
 COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
 
-def count(prog, size, pairs, preload):
+def count(prog, size, call, pairs, preload):
     """Instructions callgrind collects for one run of instr_pairs."""
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     if preload:
         env["LD_PRELOAD"] = preload
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-           prog, str(size), str(pairs)]
+           prog, str(size), str(pairs), call]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     found = COLLECTED.search(res.stderr)
     if res.returncode != 0 or not found:
@@ -69,15 +71,16 @@ def main(argv):
 
     table = {}
     for a in allocs:
-        for size in SIZES:
+        for row in ROWS:
+            size, call = row
             try:
-                base = count(prog, size, 0, a.path)
-                full = count(prog, size, args.pairs, a.path)
-                table[(a.name, size)] = (full - base) / args.pairs
+                base = count(prog, size, call, 0, a.path)
+                full = count(prog, size, call, args.pairs, a.path)
+                table[(a.name, row)] = (full - base) / args.pairs
             except (RuntimeError, subprocess.SubprocessError) as exc:
-                print(f"{a.name} {size} B: {exc}")
-                table[(a.name, size)] = None
-            print(f"  {a.name:<10} {size:>5} B: {fmt(table[(a.name, size)])} "
+                print(f"{a.name} {label(row)}: {exc}")
+                table[(a.name, row)] = None
+            print(f"  {a.name:<10} {label(row):>12}: {fmt(table[(a.name, row)])} "
                   "instructions per pair", flush=True)
 
     names = [a.name for a in allocs]
@@ -85,13 +88,13 @@ def main(argv):
              f"{args.pairs} pairs minus 0 pairs)", "",
              "| size | " + " | ".join(names) + " |",
              "|---|" + "---:|" * len(names)]
-    for size in SIZES:
-        lines.append(f"| {size} B | " +
-                     " | ".join(fmt(table[(n, size)]) for n in names) + " |")
+    for row in ROWS:
+        lines.append(f"| {label(row)} | " +
+                     " | ".join(fmt(table[(n, row)]) for n in names) + " |")
     print("\n" + "\n".join(lines))
     for a in allocs:
         same = [b.name for b in allocs if b.name < a.name and all(
-            table[(a.name, s)] == table[(b.name, s)] for s in SIZES)]
+            table[(a.name, r)] == table[(b.name, r)] for r in ROWS)]
         if same:
             print(f"WARNING: {a.name} counts equal {', '.join(same)}'s: "
                   "was the allocator really preloaded?")
@@ -101,6 +104,11 @@ def main(argv):
         f.write("\n".join(lines) + "\n")
     print(f"\nwrote {out}")
     return 0
+
+
+def label(row):
+    size, call = row
+    return f"{size} B" if call == "malloc" else f"{call} {size} B"
 
 
 def fmt(x):

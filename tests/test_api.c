@@ -196,6 +196,23 @@ Test(api, calloc_zeroes_reused_memory)
     }
 }
 
+/* calloc's fast path (malloc's small lane, then memset) across the sweep
+ * tick: every 256th block it hands out takes calloc_ticked, which must
+ * clear the block too. Each calloc gets the dirty block just freed. */
+Test(api, calloc_is_zero_on_every_call_of_a_long_run)
+{
+    for (int i = 0; i < 2000; i++) {
+        unsigned char *p = malloc(48);
+        memset(p, 0xcd, 48);
+        free(p);
+        unsigned char *z = calloc(3, 16);
+        cr_assert_not_null(z);
+        for (int k = 0; k < 48; k++)
+            cr_assert_eq(z[k], 0, "call %d byte %d", i, k);
+        free(z);
+    }
+}
+
 Test(api, realloc_keeps_contents_small_medium_large)
 {
     static const size_t steps[] = { 1, 17, 100, 1000, 8192, 9000, 60000, 300000, 600000,
