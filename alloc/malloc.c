@@ -8,6 +8,8 @@
  *          └─slow──> hooks_free (a mode is on, or a debug block) | raw_free
  *   calloc ──fast──> malloc's small lane, then memset
  *          └─slow──> hooks_alloc | raw_calloc
+ *   realloc ─own───> my heap's tag: checked in place, or malloc+copy+free
+ *          └─slow──> hooks_realloc | raw_realloc
  * Instrumentation rides the tests the fast paths make anyway: while a mode
  * is on, malloc_fast_limit is 0 and the hooks bit is OR-ed into the tag, so
  * both fast paths miss and the slow paths dispatch. This is the only file
@@ -188,6 +190,26 @@ EXPORT FAST_ENTRY void *calloc(size_t n, size_t size)
     return calloc_slow(total, CALLER);
 }
 
+/* realloc of a block of the caller's own heap while no mode is on: the
+ * block is checked (raw_usable_own) as the general path checks it, and a
+ * move takes malloc's and free's fast paths. Through the general path, a
+ * malloc(100), realloc to 300 and free took 394 instructions (tcmalloc
+ * 228): it looked the block up four times and allocated through the
+ * heap's slow-path pop. A move that finds no memory leaves a shrinking
+ * block where it is, as raw_realloc does (malloc has set errno). */
+static NOINLINE void *realloc_own(void *p, size_t size)
+{
+    size_t usable = raw_usable_own(p, "realloc");
+    if (raw_realloc_stays(usable, size))
+        return p;
+    void *q = malloc(size);
+    if (unlikely(!q))
+        return size <= usable ? p : NULL;
+    memcpy(q, p, usable < size ? usable : size);
+    free(p);
+    return q;
+}
+
 static void *realloc_entry(void *p, size_t size, const void *site)
 {
     if (!p)
@@ -198,6 +220,10 @@ static void *realloc_entry(void *p, size_t size, const void *site)
     }
     if (size > PTRDIFF_MAX)
         return malloc_fail();
+    /* The tag test of free's fast path (plain reads: see there), on the
+     * checked lookup that every path but that one uses. */
+    if ((segmap_tag_checked(p) | hooks_tag_mask) == tls_tag)
+        return realloc_own(p, size);
     void *q;
     if (unlikely(hooks_on()) || raw_is_debug(p))
         q = hooks_realloc(p, size, site);

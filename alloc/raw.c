@@ -222,6 +222,11 @@ size_t raw_usable_size(void *p, const char *func)
     return checked_shape(segment_of(p), p, func)->block_size;
 }
 
+size_t raw_usable_own(void *p, const char *func)
+{
+    return checked_shape(segment_of(p), p, func)->block_size;
+}
+
 static void *realloc_move(void *p, size_t old_usable, size_t size, const char *func)
 {
     void *q = raw_alloc(size, MIN_ALIGN);
@@ -244,8 +249,7 @@ void *raw_realloc(void *p, size_t size, const char *func)
         void *q = realloc_move(p, usable, size, func);
         return q ? q : large_realloc(p, size);
     }
-    /* Stay put unless the block is too small or more than half wasted. */
-    if (size <= usable && (size > usable / 2 || usable <= 64))
+    if (raw_realloc_stays(usable, size))
         return p;
     void *q = realloc_move(p, usable, size, func);
     return q || size > usable ? q : p;

@@ -25,6 +25,17 @@ HIDDEN void raw_free_heap_block(void *p, uint16_t tag, const char *func);
 HIDDEN void raw_free_own(void *p);
 HIDDEN void *raw_realloc(void *p, size_t size, const char *func);
 HIDDEN size_t raw_usable_size(void *p, const char *func);
+/* raw_usable_size of a block of the caller's own heap (its tag is the
+ * thread's): checked against its page's shape, reported if it is not the
+ * start of a block. */
+HIDDEN size_t raw_usable_own(void *p, const char *func);
+
+/* realloc's policy for a small or medium block of `usable` bytes: stay
+ * put unless the block is too small or more than half wasted. */
+static inline bool raw_realloc_stays(size_t usable, size_t size)
+{
+    return size <= usable && (size > usable / 2 || usable <= 64);
+}
 
 /* Debug blocks: `size` bytes at the returned pointer, with `front` bytes
  * before it (front is a multiple of 16) that belong to the caller. They

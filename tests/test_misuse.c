@@ -109,6 +109,43 @@ Test(misuse, double_free_of_small_block) { expect_abort(double_free_small, "doub
 Test(misuse, double_free_of_large_block) { expect_abort(double_free_large, "free(): invalid pointer"); }
 Test(misuse, free_inside_large_block) { expect_abort(free_inside_large, "invalid pointer"); }
 Test(misuse, realloc_of_foreign_pointer) { expect_abort(realloc_foreign, "realloc(): invalid pointer"); }
+
+/* realloc of the caller's own blocks has a lane of its own (malloc.c,
+ * realloc_own): it checks the pointer as the general path does, for a
+ * growth (a move) and for a size the block already has (no move). */
+static void realloc_inside_small_grow(void *arg)
+{
+    (void)arg;
+    char *volatile p = malloc(100);
+    p = realloc(p + 16, 300);
+}
+
+static void realloc_inside_small_stay(void *arg)
+{
+    (void)arg;
+    char *volatile p = malloc(100);
+    p = realloc(p + 32, 60);
+}
+
+static void realloc_inside_medium(void *arg)
+{
+    (void)arg;
+    char *volatile p = malloc(50000);
+    p = realloc(p + 4096, 60000);
+}
+
+Test(misuse, realloc_inside_own_small_block_that_grows)
+{
+    expect_abort(realloc_inside_small_grow, "realloc(): invalid pointer");
+}
+Test(misuse, realloc_inside_own_small_block_that_fits)
+{
+    expect_abort(realloc_inside_small_stay, "realloc(): invalid pointer");
+}
+Test(misuse, realloc_inside_own_medium_block)
+{
+    expect_abort(realloc_inside_medium, "realloc(): invalid pointer");
+}
 /* Medium frees of the caller's own blocks have a lane of their own
  * (raw_free_own): it checks the block against the owner's descriptor. */
 static void free_inside_medium(void *arg)
