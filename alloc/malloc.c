@@ -244,15 +244,38 @@ EXPORT void *reallocarray(void *p, size_t n, size_t size)
 
 static bool is_pow2(size_t x) { return x && !(x & (x - 1)); }
 
+/* An aligned request of a small size while no mode is on: popped as
+ * malloc pops, from the current page of the smallest class whose blocks
+ * all have the alignment (current[] holds each class's own page, never a
+ * pair's, so the block is of that class); NULL if that does not apply.
+ * Through the general entry, aligned_alloc(64, 64)+free took 177
+ * instructions (tcmalloc 93, mimalloc 145). */
+static ALWAYS_INLINE void *aligned_fast(size_t size, size_t align)
+{
+    if (likely(size < malloc_fast_limit)) {        /* plain: see malloc */
+        int cls = raw_aligned_class(size, align);
+        if (likely(cls >= 0)) {
+            struct heap *h = tls_heap;
+            struct block *b = take_inline(h, h->current[cls]);
+            if (likely(b != NULL))
+                return unlikely(--h->tick < 0) ? heap_tick(h, b) : b;
+        }
+    }
+    return NULL;
+}
+
 EXPORT int posix_memalign(void **out, size_t align, size_t size)
 {
     if (!is_pow2(align) || align % sizeof(void *) != 0)
         return EINVAL;
-    int saved = errno;
-    void *p = alloc_entry(size, align, HOOK_ALIGNED, CALLER);
-    errno = saved;
-    if (!p)
-        return ENOMEM;
+    void *p = aligned_fast(size, align);
+    if (unlikely(!p)) {
+        int saved = errno;
+        p = alloc_entry(size, align, HOOK_ALIGNED, CALLER);
+        errno = saved;
+        if (!p)
+            return ENOMEM;
+    }
     *out = p;
     return 0;
 }
@@ -263,7 +286,8 @@ EXPORT void *aligned_alloc(size_t align, size_t size)
         errno = EINVAL;
         return NULL;
     }
-    return alloc_entry(size, align, HOOK_ALIGNED, CALLER);
+    void *p = aligned_fast(size, align);
+    return p ? p : alloc_entry(size, align, HOOK_ALIGNED, CALLER);
 }
 
 static void *memalign_entry(size_t align, size_t size, const void *site)
@@ -274,7 +298,8 @@ static void *memalign_entry(size_t align, size_t size, const void *site)
     }
     while (!is_pow2(align))     /* glibc rounds odd alignments up */
         align = align ? (align | (align - 1)) + 1 : 1;
-    return alloc_entry(size, align, HOOK_ALIGNED, site);
+    void *p = aligned_fast(size, align);
+    return p ? p : alloc_entry(size, align, HOOK_ALIGNED, site);
 }
 
 EXPORT void *memalign(size_t align, size_t size) { return memalign_entry(align, size, CALLER); }

@@ -31,10 +31,7 @@ static void *alloc_in_class(unsigned cls, bool exact)
     return p;
 }
 
-/* The smallest class whose blocks are all aligned to `align`: its size is
- * a multiple of align, and its pages start on a boundary at least as
- * aligned (small pages on 8 KiB, medium pages on 64 KiB). -1 if none. */
-static int aligned_class(size_t size, size_t align)
+int raw_aligned_class(size_t size, size_t align)
 {
     size_t need = size < align ? align : size;
     size_t limit = init_mmap_threshold();
@@ -44,7 +41,7 @@ static int aligned_class(size_t size, size_t align)
         size_t bs = sizeclass_block_size[cls];
         if (bs > limit)
             break;
-        if (bs % align == 0 && (cls >= NUM_SMALL_CLASSES || align <= SMALL_HEADER))
+        if ((bs & (align - 1)) == 0 && (cls >= NUM_SMALL_CLASSES || align <= SMALL_HEADER))
             return (int)cls;
     }
     return -1;
@@ -59,7 +56,7 @@ void *raw_alloc(size_t size, size_t align)
     }
     if (size > PTRDIFF_MAX - align)
         return NULL;
-    int cls = aligned_class(size, align);
+    int cls = raw_aligned_class(size, align);
     return cls >= 0 ? alloc_in_class((unsigned)cls, true) : large_alloc(size, align, 0, 0);
 }
 
@@ -264,7 +261,7 @@ void *raw_alloc_debug(size_t size, size_t align, size_t front)
     front = align_up(front, align);
     if (size > PTRDIFF_MAX - front - align)
         return NULL;
-    int cls = aligned_class(front + size, align);
+    int cls = raw_aligned_class(front + size, align);
     if (cls < 0)
         return large_alloc(size, align, front, LARGE_DEBUG);
     uint8_t *b = heap_alloc_shared(SHARED_DEBUG, (unsigned)cls, true);

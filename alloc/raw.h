@@ -23,6 +23,11 @@ HIDDEN void raw_free_heap_block(void *p, uint16_t tag, const char *func);
  * path refused: checked, then on its page's list (a medium block, one of a
  * full page) or reported (a double free at the list's head). */
 HIDDEN void raw_free_own(void *p);
+/* The smallest class whose blocks are all aligned to `align`: its size is
+ * a multiple of align, and its pages start on a boundary at least as
+ * aligned (small pages on 8 KiB, medium pages on 64 KiB). -1 if none.
+ * Precondition: align is a power of two (the entry points see to it). */
+HIDDEN int raw_aligned_class(size_t size, size_t align);
 HIDDEN void *raw_realloc(void *p, size_t size, const char *func);
 HIDDEN size_t raw_usable_size(void *p, const char *func);
 /* raw_usable_size of a block of the caller's own heap (its tag is the

@@ -89,6 +89,48 @@ Test(api, aligned_family_honours_alignment_up_to_1MiB)
     }
 }
 
+/* The aligned family's fast lane pops its class's current page (malloc.c,
+ * aligned_fast). In a new thread's young heap, malloc(140) is served from
+ * the 160 B class's pages (pairs); the aligned requests after the frees
+ * take those blocks back off the lists, and must still be aligned and
+ * apart. Counts what is wrong. */
+static void *aligned_reuse(void *arg)
+{
+    int *bad = arg;
+    enum { N = 300 };
+    static const size_t aligns[] = { 16, 32, 64, 128, 256, 4096 };
+    unsigned char *v[N];
+    for (size_t a = 0; a < sizeof aligns / sizeof aligns[0]; a++) {
+        for (int i = 0; i < N; i++)
+            v[i] = malloc(140);
+        for (int i = 0; i < N; i++)
+            free(v[i]);
+        for (int i = 0; i < N; i++) {
+            v[i] = aligned_alloc(aligns[a], 140);
+            if (!v[i] || (uintptr_t)v[i] % aligns[a] || malloc_usable_size(v[i]) < 140)
+                ++*bad;
+            else
+                memset(v[i], i & 0xff, 140);
+        }
+        for (int i = 0; i < N; i++) {
+            for (int k = 0; v[i] && k < 140; k++)
+                if (v[i][k] != (i & 0xff)) {
+                    ++*bad;     /* two blocks overlap */
+                    break;
+                }
+            free(v[i]);
+        }
+    }
+    return NULL;
+}
+
+Test(api, aligned_blocks_reused_off_a_young_heaps_lists_stay_aligned_and_apart)
+{
+    int bad = 0;
+    run_in_thread(aligned_reuse, &bad);
+    cr_assert_eq(bad, 0, "%d aligned blocks misplaced", bad);
+}
+
 Test(api, valloc_and_pvalloc_are_page_aligned)
 {
     long page = sysconf(_SC_PAGESIZE);
