@@ -134,6 +134,19 @@ static void realloc_inside_medium(void *arg)
     p = realloc(p + 4096, 60000);
 }
 
+/* malloc_usable_size's lane for the caller's own blocks checks too. */
+static void usable_size_inside_small(void *arg)
+{
+    (void)arg;
+    char *volatile p = malloc(100);
+    (void)malloc_usable_size(p + 8);
+}
+
+Test(misuse, usable_size_inside_own_small_block)
+{
+    expect_abort(usable_size_inside_small, "malloc_usable_size(): invalid pointer");
+}
+
 Test(misuse, realloc_inside_own_small_block_that_grows)
 {
     expect_abort(realloc_inside_small_grow, "realloc(): invalid pointer");
