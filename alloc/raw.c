@@ -106,22 +106,35 @@ static NOINLINE void free_unfull(struct heap *h, struct page *pg)
     free_tick(h);
 }
 
+/* A report from the owner's free lanes, reached by a jump: a call of the
+ * noreturn diag_fail kept a frame, so every medium free realigned the
+ * stack on entry and again on return (noipa: inferred noreturn, this
+ * would be called, not jumped to, again). */
+static NOINLINE __attribute__((noipa)) void free_own_fail(const char *what, const void *p)
+{
+    diag_fail("free", what, p);
+}
+
 /* free() of a block of the caller's own heap that the fast path refused
  * (a medium block, a full page, or the head of its free list), after
  * the block was checked (raw_free_own's descriptor check for a medium
  * block, else checked_shape). Inline: every medium free comes here. */
 static ALWAYS_INLINE void free_owned(struct page *pg, struct block *b)
 {
-    if (unlikely(b == pg->free))
-        diag_fail("free", "double free", b);
+    if (unlikely(b == pg->free)) {
+        free_own_fail("double free", b);
+        return;
+    }
     /* A block of the page's fresh run passes the shape check (the run is
      * carved) but was never handed out: the pointer just past the last
      * block malloc returned. Pushed, it came out of malloc twice, once
      * from the list and once from the run. The run is [fresh, fresh_end)
      * in segment offsets, empty when they are equal. */
     uint32_t off = (uint32_t)((uintptr_t)b & SEGMENT_MASK);
-    if (unlikely(off - pg->fresh < pg->fresh_end - pg->fresh))
-        diag_fail("free", "invalid pointer (never handed out)", b);
+    if (unlikely(off - pg->fresh < pg->fresh_end - pg->fresh)) {
+        free_own_fail("invalid pointer (never handed out)", b);
+        return;
+    }
     /* Read first: a page that was not full may be gone after the push. */
     uint16_t flags = pg->flags;
     bool full = flags & PAGE_FULL;
@@ -168,8 +181,10 @@ void raw_free_own(void *p)
          * one shared helper, cost every foreign free 2 more instructions.) */
         unsigned cls = pg->cls;
         uint32_t i = sizeclass_div(off, cls);
-        if (unlikely(i >= pg->reserved || i * sizeclass_block_size[cls] != off))
-            diag_fail("free", "invalid pointer (not the start of a block)", p);
+        if (unlikely(i >= pg->reserved || i * sizeclass_block_size[cls] != off)) {
+            free_own_fail("invalid pointer (not the start of a block)", p);
+            return;
+        }
         free_owned(pg, p);
         return;
     }
