@@ -93,6 +93,20 @@ static ALWAYS_INLINE struct block *take_inline(struct heap *h, struct page *pg)
     return NULL;
 }
 
+/* malloc's small lane for the other entry points: a block of size's
+ * class, counted on the sweep tick, or NULL (a mode is on, the size is
+ * not small, or the page has nothing to hand out without a call). */
+static ALWAYS_INLINE void *small_take(size_t size)
+{
+    struct heap *h = tls_heap;
+    if (likely(size < malloc_fast_limit)) {        /* plain: see malloc */
+        struct block *b = take_inline(h, h->direct[(size + 15) >> 4]);
+        if (likely(b != NULL))
+            return unlikely(--h->tick < 0) ? heap_tick(h, b) : b;
+    }
+    return NULL;
+}
+
 EXPORT FAST_ENTRY void *malloc(size_t size)
 {
     struct heap *h = tls_heap;
@@ -212,8 +226,13 @@ static NOINLINE void *realloc_own(void *p, size_t size)
 
 static void *realloc_entry(void *p, size_t size, const void *site)
 {
-    if (!p)
-        return alloc_entry(size, MIN_ALIGN, HOOK_MALLOC, site);
+    if (!p) {
+        /* malloc's small lane (a buffer's first growth: 141 instructions
+         * a pair through alloc_entry); not malloc itself, which would
+         * give the hooks its own caller, this function, as the site. */
+        void *q = small_take(size);
+        return q ? q : alloc_entry(size, MIN_ALIGN, HOOK_MALLOC, site);
+    }
     if (size == 0) {            /* glibc: free and return NULL */
         free_slow(p, site);
         return NULL;

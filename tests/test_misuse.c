@@ -112,26 +112,24 @@ Test(misuse, realloc_of_foreign_pointer) { expect_abort(realloc_foreign, "reallo
 
 /* realloc of the caller's own blocks has a lane of its own (malloc.c,
  * realloc_own): it checks the pointer as the general path does, for a
- * growth (a move) and for a size the block already has (no move). */
-static void realloc_inside_small_grow(void *arg)
+ * growth (a move), for a size the block already has (no move), and for a
+ * medium block. The child runs the case set before it forks. */
+static const struct { size_t size, inside, new_size; } realloc_cases[] = {
+    { 100, 16, 300 }, { 100, 32, 60 }, { 50000, 4096, 60000 },
+};
+static int realloc_case;
+
+static void realloc_inside_own(void *arg)
 {
     (void)arg;
-    char *volatile p = malloc(100);
-    p = realloc(p + 16, 300);
+    char *volatile p = malloc(realloc_cases[realloc_case].size);
+    p = realloc(p + realloc_cases[realloc_case].inside, realloc_cases[realloc_case].new_size);
 }
 
-static void realloc_inside_small_stay(void *arg)
+static void expect_realloc_inside_aborts(int which)
 {
-    (void)arg;
-    char *volatile p = malloc(100);
-    p = realloc(p + 32, 60);
-}
-
-static void realloc_inside_medium(void *arg)
-{
-    (void)arg;
-    char *volatile p = malloc(50000);
-    p = realloc(p + 4096, 60000);
+    realloc_case = which;
+    expect_abort(realloc_inside_own, "realloc(): invalid pointer");
 }
 
 /* malloc_usable_size's lane for the caller's own blocks checks too. */
@@ -147,18 +145,9 @@ Test(misuse, usable_size_inside_own_small_block)
     expect_abort(usable_size_inside_small, "malloc_usable_size(): invalid pointer");
 }
 
-Test(misuse, realloc_inside_own_small_block_that_grows)
-{
-    expect_abort(realloc_inside_small_grow, "realloc(): invalid pointer");
-}
-Test(misuse, realloc_inside_own_small_block_that_fits)
-{
-    expect_abort(realloc_inside_small_stay, "realloc(): invalid pointer");
-}
-Test(misuse, realloc_inside_own_medium_block)
-{
-    expect_abort(realloc_inside_medium, "realloc(): invalid pointer");
-}
+Test(misuse, realloc_inside_own_small_block_that_grows) { expect_realloc_inside_aborts(0); }
+Test(misuse, realloc_inside_own_small_block_that_fits) { expect_realloc_inside_aborts(1); }
+Test(misuse, realloc_inside_own_medium_block) { expect_realloc_inside_aborts(2); }
 /* Medium frees of the caller's own blocks have a lane of their own
  * (raw_free_own): it checks the block against the owner's descriptor. */
 static void free_inside_medium(void *arg)
