@@ -71,7 +71,7 @@ test-deps:
 TEST_PROGS := $(BUILD)/tests/prog_plain $(BUILD)/tests/prog_static $(BUILD)/tests/prog_cxx \
               $(BUILD)/tests/prog_overflow $(BUILD)/tests/prog_memcheck \
               $(BUILD)/tests/prog_atfork_first $(BUILD)/tests/prog_shrink_refused \
-              $(BUILD)/tests/prog_early_free
+              $(BUILD)/tests/prog_early_free $(BUILD)/tests/prog_calloc_fresh
 
 $(TEST_BIN): $(TEST_SRC) tests/helpers.h $(LIB_SO) $(LIB_TOOL) $(TEST_PROGS)
 	@mkdir -p $(dir $@)
@@ -86,6 +86,10 @@ $(BUILD)/tests/prog_plain: tests/progs/uses_malloc.c
 $(BUILD)/tests/prog_static: tests/progs/uses_malloc.c $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -Iinclude -DSTATIC_TALLY -o $@ $< $(LIB_A) -ldl
+
+$(BUILD)/tests/prog_calloc_fresh: tests/progs/calloc_fresh.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -o $@ $<
 
 $(BUILD)/tests/prog_overflow: tests/progs/overflow.c
 	@mkdir -p $(dir $@)

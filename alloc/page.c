@@ -276,10 +276,16 @@ static uint32_t page_run_length(const struct page *pg, uint32_t bs, uint32_t bas
  * blocks come back first, else a new run is carved and its first block
  * returned (counted as used). Precondition: pg->free == NULL, and
  * page_has_room(pg). */
+HIDDEN __thread void *page_zero_block TLS_IE;
+
 struct block *page_extend(struct page *pg)
 {
-    if (page_has_fresh(pg))
-        return page_take_fresh(pg);
+    if (page_has_fresh(pg)) {
+        struct block *b = page_take_fresh(pg);
+        if (pg->flags & PAGE_ZERO_RUN)
+            page_zero_block = b;
+        return b;
+    }
     if (pg->held)
         return page_unhold(pg);
     struct page_shape *sh = page_shape_of(pg);
@@ -289,8 +295,13 @@ struct block *page_extend(struct page *pg)
     /* Atomic for other threads' reads (statistics; remote frees read the shape). */
     __atomic_store_n(&pg->reserved, (uint16_t)(base + n), __ATOMIC_RELAXED);
     __atomic_store_n(&sh->reserved, (uint16_t)(base + n), __ATOMIC_RELAXED);
+    /* Beyond `touched` nothing was carved since the area was mapped or
+     * last purged (MADV_DONTNEED): a run that starts there is zero. */
+    bool zero = pg->touched <= base * bs && !secure;
     if ((base + n) * bs > pg->touched)
         pg->touched = (base + n) * bs;
+    if (pg->flags & PAGE_MEDIUM)
+        pg->flags = zero ? pg->flags | PAGE_ZERO_RUN : pg->flags & (uint16_t)~PAGE_ZERO_RUN;
     if (unlikely(secure))
         return n > 2 ? page_extend_shuffled(pg, sh->start, bs, base, n)
                      : page_thread_run(pg, sh->start, bs, base, NULL, n);
@@ -299,7 +310,10 @@ struct block *page_extend(struct page *pg)
     pg->fresh_end = first + n * bs;
     pg->fresh_size = bs;
     pg->used++;
-    return (struct block *)(sh->start + (size_t)base * bs);
+    struct block *b = (struct block *)(sh->start + (size_t)base * bs);
+    if (zero)
+        page_zero_block = b;
+    return b;
 }
 
 void page_queue_push(struct page_queue *q, struct page *pg)

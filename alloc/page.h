@@ -19,6 +19,12 @@ struct page_queue { struct page *first, *last; };
 
 HIDDEN void page_init(struct segment *s, struct page *pg, unsigned cls);
 HIDDEN struct block *page_extend(struct page *pg);
+/* The last block page_extend handed out on this thread from memory
+ * nothing has written since it was mapped or purged: zero, whatever the
+ * class. raw_calloc clears it, allocates, and skips the memset when the
+ * block it got is this one (a calloc of 500 KB faulted in all 128 of its
+ * pages to clear them; git commit callocs two). */
+extern HIDDEN __thread void *page_zero_block TLS_IE;
 HIDDEN void page_queue_push(struct page_queue *q, struct page *pg);
 HIDDEN void page_queue_remove(struct page_queue *q, struct page *pg);
 

@@ -65,8 +65,10 @@ void *raw_calloc(size_t size)
     /* A fresh large mapping is already zero; large_alloc clears a warm one. */
     if (size > init_mmap_threshold())
         return large_alloc(size, MIN_ALIGN, 0, LARGE_ZERO);
+    /* So is a block carved from memory nothing wrote (page.h). */
+    page_zero_block = NULL;
     void *p = alloc_in_class(sizeclass_of(size), false);
-    if (p)
+    if (p && p != page_zero_block)
         memset(p, 0, size);
     return p;
 }

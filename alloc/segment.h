@@ -37,6 +37,10 @@ enum segment_kind { SEG_SMALL = 1, SEG_MEDIUM = 2 };
 #define PAGE_OPEN     0x1
 #define PAGE_FULL     0x2   /* out of its class's queue until a block comes back */
 #define PAGE_MEDIUM   0x4
+/* Medium pages only (small pages keep exactly PAGE_OPEN): the fresh run
+ * lies where nothing was written since the area was mapped or purged, so
+ * its blocks are zero (page.c, page_extend; calloc skips clearing them). */
+#define PAGE_ZERO_RUN 0x8
 
 /* A free block's first word links it to the next free block, XOR-ed with a
  * per-process secret: a linear overflow from the block before it, or a

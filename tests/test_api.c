@@ -238,6 +238,54 @@ Test(api, calloc_zeroes_reused_memory)
     }
 }
 
+/* calloc leaves a block unwritten when page_extend carved it from memory
+ * nothing wrote since it was mapped or purged (page.c). A medium page
+ * that held another class's blocks, freed and taken over, is not such
+ * memory: every calloc'd block on it must read zero. */
+Test(api, calloc_on_medium_pages_other_classes_wrote_is_zero)
+{
+    static const size_t dirty[] = { 40000, 200000, 480000 };
+    static const size_t clean[] = { 30000, 150000, 500000, 9000 };
+    unsigned char *v[8];
+    for (size_t d = 0; d < sizeof dirty / sizeof dirty[0]; d++) {
+        for (int i = 0; i < 8; i++) {
+            v[i] = malloc(dirty[d]);
+            memset(v[i], 0xab, dirty[d]);
+        }
+        for (int i = 0; i < 8; i++)
+            free(v[i]);
+        for (size_t c = 0; c < sizeof clean / sizeof clean[0]; c++) {
+            for (int i = 0; i < 8; i++) {
+                v[i] = calloc(1, clean[c]);
+                cr_assert_not_null(v[i]);
+                for (size_t k = 0; k < clean[c]; k += 61)
+                    cr_assert_eq(v[i][k], 0, "calloc(%zu) after %zu B blocks: byte %zu",
+                                 clean[c], dirty[d], k);
+            }
+            for (int i = 0; i < 8; i++) {
+                memset(v[i], 0xcd, clean[c]);   /* dirty for the next class */
+                free(v[i]);
+            }
+        }
+    }
+}
+
+/* The other side: a block carved from memory nothing wrote is zero
+ * already, and calloc leaves it untouched. 500,000 B in a fresh process
+ * (tests/progs/calloc_fresh.c): clearing it took 124 page faults inside
+ * calloc; a new segment's header page is all that may fault now. */
+Test(api, calloc_of_a_fresh_medium_block_leaves_its_pages_untouched)
+{
+    char out[128], cmd[1024];
+    snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s ./prog_calloc_fresh", tally_lib());
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0);
+    long faults = -1;
+    char zero[16] = "";
+    cr_assert_eq(sscanf(out, "%ld %15s", &faults, zero), 2, "output: %s", out);
+    cr_assert_str_eq(zero, "zero");
+    cr_assert_leq(faults, 8, "%ld faults inside calloc", faults);
+}
+
 /* calloc's fast path (malloc's small lane, then memset) across the sweep
  * tick: every 256th block it hands out takes calloc_ticked, which must
  * clear the block too. Each calloc gets the dirty block just freed. */
