@@ -272,12 +272,13 @@ static uint32_t page_run_length(const struct page *pg, uint32_t bs, uint32_t bas
     return n > left ? left : n;
 }
 
-/* Hands out the next never-used block: from the fresh run, else held
- * blocks come back first, else a new run is carved and its first block
- * returned (counted as used). Precondition: pg->free == NULL, and
- * page_has_room(pg). */
 HIDDEN __thread void *page_zero_block TLS_IE;
 
+/* Hands out the next never-used block: from the fresh run, else held
+ * blocks come back first, else a new run is carved and its first block
+ * returned (counted as used). A block of a run carved beyond `touched`
+ * becomes page_zero_block. Precondition: pg->free == NULL, and
+ * page_has_room(pg). */
 struct block *page_extend(struct page *pg)
 {
     if (page_has_fresh(pg)) {
