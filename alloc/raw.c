@@ -233,7 +233,7 @@ size_t raw_usable_size(void *p, const char *func)
     uint16_t tag = checked_tag(p, func);
     if (tag >= TAG_LARGE_TAIL)
         return large_usable_size(p, func);
-    return checked_shape(segment_of(p), p, func)->block_size;
+    return raw_usable_own(p, func);
 }
 
 size_t raw_usable_own(void *p, const char *func)
