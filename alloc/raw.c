@@ -200,14 +200,20 @@ static NOINLINE void free_owned_at(struct segment *s, void *p)
     free_owned(segment_page_of(s, p), p);
 }
 
+void raw_free_other(void *p, uint16_t tag, const char *func)
+{
+    remote_free(tag, p, checked_shape(segment_of(p), p, func));
+}
+
 void raw_free_heap_block(void *p, uint16_t tag, const char *func)
 {
+    if (likely(tag != tls_tag)) {
+        raw_free_other(p, tag, func);
+        return;
+    }
     struct segment *s = segment_of(p);
-    const struct page_shape *sh = checked_shape(s, p, func);
-    if (likely(tag != tls_tag))
-        remote_free(tag, p, sh);
-    else
-        free_owned_at(s, p);
+    checked_shape(s, p, func);
+    free_owned_at(s, p);
 }
 
 static uint16_t checked_tag(const void *p, const char *func)

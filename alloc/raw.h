@@ -19,6 +19,9 @@ HIDDEN void raw_free(void *p, const char *func);
 /* raw_free() for a pointer whose segmap_tag_checked() names a heap
  * (1..MAX_HEAPS). */
 HIDDEN void raw_free_heap_block(void *p, uint16_t tag, const char *func);
+/* The same for a tag known not to be the caller's heap's (free's slow
+ * path, which its fast path's tag test sends only those). */
+HIDDEN void raw_free_other(void *p, uint16_t tag, const char *func);
 /* free() of a block of the caller's own heap (no mode on) that free's fast
  * path refused: checked, then on its page's list (a medium block, one of a
  * full page) or reported (a double free at the list's head). */
