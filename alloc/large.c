@@ -159,6 +159,14 @@ void *large_alloc(size_t size, size_t align, size_t front, unsigned flags)
                                 (flags & ~LARGE_ZERO) | (guard ? LARGE_GUARD : 0), maps };
     if (guard)
         os_protect((char *)h + map_size - OS_PAGE, OS_PAGE, true);
+    /* A warm block is cleared by writing it, not by giving its pages back
+     * (jemalloc zeroes a reused extent with MADV_DONTNEED): the pages the
+     * last owner touched are resident, and writing them beats refaulting
+     * them. The cost falls on pages it never touched. 50 rounds of a
+     * 16 MiB malloc, free and calloc (medians of 3): with all 16 MiB
+     * written each time tally took 0.12 s, glibc 0.12, jemalloc 0.31;
+     * with 1 MiB written tally 0.11, glibc 0.12, jemalloc 0.02 (and 3.5
+     * MiB of peak RSS to tally's 17.6, the cache's block). */
     if (warm && (flags & LARGE_ZERO))
         memset((char *)h + offset, 0, size);
     large_tag(h);
