@@ -25,7 +25,8 @@ void page_init(struct segment *s, struct page *pg, unsigned cls)
     pg->used = 0;
     pg->free = NULL;
     pg->flags = s->kind == SEG_MEDIUM ? PAGE_OPEN | PAGE_MEDIUM : PAGE_OPEN;
-    pg->fresh = pg->fresh_end = pg->fresh_size = 0;
+    pg->fresh = pg->fresh_end = (uint32_t)(base - (uint8_t *)s);   /* nothing carved */
+    pg->fresh_size = 0;
     pg->next = pg->prev = NULL;
     *page_shape_of(pg) = (struct page_shape){ .start = base, .block_size = bs,
                                               .cls = (uint8_t)cls, .in_use = 1 };
@@ -303,10 +304,14 @@ struct block *page_extend(struct page *pg)
         pg->touched = (base + n) * bs;
     if (pg->flags & PAGE_MEDIUM)
         pg->flags = zero ? pg->flags | PAGE_ZERO_RUN : pg->flags & (uint16_t)~PAGE_ZERO_RUN;
-    if (unlikely(secure))
+    uint32_t first = (uint32_t)(sh->start - (uint8_t *)segment_of(pg)) + base * bs;
+    if (unlikely(secure)) {
+        /* The run goes onto the free list: no run stays open, and every
+         * carved block counts as handed out (segment.h). */
+        pg->fresh = pg->fresh_end = first + n * bs;
         return n > 2 ? page_extend_shuffled(pg, sh->start, bs, base, n)
                      : page_thread_run(pg, sh->start, bs, base, NULL, n);
-    uint32_t first = (uint32_t)(sh->start - (uint8_t *)segment_of(pg)) + base * bs;
+    }
     pg->fresh = first + bs;
     pg->fresh_end = first + n * bs;
     pg->fresh_size = bs;

@@ -117,24 +117,26 @@ static NOINLINE __attribute__((noipa)) void free_own_fail(const char *what, cons
     diag_fail("free", what, p);
 }
 
+/* Whether b, a block start inside what pg carved, is one malloc never
+ * handed out: one of the page's fresh run, which passes the shape check
+ * (the run is carved), such as the pointer just past the last block
+ * malloc returned. Pushed, it came out of malloc twice, once from the
+ * list and once from the run. Those start at `fresh` or beyond
+ * (segment.h). */
+static ALWAYS_INLINE bool never_handed_out(const struct page *pg, const void *b)
+{
+    return (uint32_t)((uintptr_t)b & SEGMENT_MASK) >= pg->fresh;
+}
+
 /* free() of a block of the caller's own heap that the fast path refused
  * (a medium block, a full page, or the head of its free list), after
  * the block was checked (raw_free_own's descriptor check for a medium
- * block, else checked_shape). Inline: every medium free comes here. */
+ * block, else checked_shape and never_handed_out). Inline: every medium
+ * free comes here. */
 static ALWAYS_INLINE void free_owned(struct page *pg, struct block *b)
 {
     if (unlikely(b == pg->free)) {
         free_own_fail("double free", b);
-        return;
-    }
-    /* A block of the page's fresh run passes the shape check (the run is
-     * carved) but was never handed out: the pointer just past the last
-     * block malloc returned. Pushed, it came out of malloc twice, once
-     * from the list and once from the run. The run is [fresh, fresh_end)
-     * in segment offsets, empty when they are equal. */
-    uint32_t off = (uint32_t)((uintptr_t)b & SEGMENT_MASK);
-    if (unlikely(off - pg->fresh < pg->fresh_end - pg->fresh)) {
-        free_own_fail("invalid pointer (never handed out)", b);
         return;
     }
     /* Read first: a page that was not full may be gone after the push. */
@@ -151,13 +153,38 @@ static ALWAYS_INLINE void free_owned(struct page *pg, struct block *b)
     free_tick(h);
 }
 
+/* A block of the caller's own heap checked against its page's shape (any
+ * block: raw_free_own keeps a lane of its own for medium ones), then
+ * freed. */
+static ALWAYS_INLINE void free_owned_shaped(struct segment *s, void *p, const char *func)
+{
+    checked_shape(s, p, func);
+    struct page *pg = segment_page_of(s, p);
+    if (unlikely(never_handed_out(pg, p))) {
+        free_own_fail("invalid pointer (never handed out)", p);
+        return;
+    }
+    free_owned(pg, p);
+}
+
 /* raw_free_own for any block but a medium one: a block of a full small
  * page, the head of a small page's list (a double free), or something to
  * report. Apart, so that its registers do not weigh on the medium lane. */
 static NOINLINE void free_own_checked(struct segment *s, void *p)
 {
-    checked_shape(s, p, "free");
-    free_owned(segment_page_of(s, p), p);
+    free_owned_shaped(s, p, "free");
+}
+
+/* raw_free_own's report on a medium block that failed its bound or is
+ * not a block's start: which of the two, worked out here, off the
+ * common path. */
+static NOINLINE void medium_free_fail(const struct page *pg, const void *p)
+{
+    uint32_t off = (uint32_t)((uintptr_t)p & SEGMENT_MASK) - MEDIUM_HEADER;
+    uint32_t bs = sizeclass_block_size[pg->cls];
+    bool carved = off < (uint32_t)pg->reserved * bs && off % bs == 0;
+    free_own_fail(carved ? "invalid pointer (never handed out)"
+                         : "invalid pointer (not the start of a block)", p);
 }
 
 void raw_free_own(void *p)
@@ -177,14 +204,18 @@ void raw_free_own(void *p)
     struct page *pg = &s->pages[0];
     if (likely(s->kind == SEG_MEDIUM && (pg->flags & PAGE_MEDIUM))) {
         uint32_t off = (uint32_t)((uintptr_t)p & SEGMENT_MASK) - MEDIUM_HEADER;
-        /* A pointer below the blocks wraps off around to at least 4 GiB
-         * - 64 KiB, whose quotient (inexact out there) still exceeds any
-         * page's block count. (checked_shape testing the same way, through
-         * one shared helper, cost every foreign free 2 more instructions.) */
+        /* One bound for three cases: a pointer into the header wraps off
+         * around to at least 4 GiB - 64 KiB; a block of the fresh run and
+         * anything past what is carved start at `fresh` or beyond, which
+         * is at least MEDIUM_HEADER (segment.h). It stood for a bound on
+         * the carved count and never_handed_out's test of the run, 6
+         * instructions more a medium pair. (checked_shape testing the
+         * same way, through one shared helper, cost every foreign free 2
+         * more instructions.) */
         unsigned cls = pg->cls;
         uint32_t i = sizeclass_div(off, cls);
-        if (unlikely(i >= pg->reserved || i * sizeclass_block_size[cls] != off)) {
-            free_own_fail("invalid pointer (not the start of a block)", p);
+        if (unlikely(off >= pg->fresh - MEDIUM_HEADER || i * sizeclass_block_size[cls] != off)) {
+            medium_free_fail(pg, p);
             return;
         }
         free_owned(pg, p);
@@ -195,9 +226,9 @@ void raw_free_own(void *p)
 
 /* raw_free_heap_block's rare case, out of line so that the common one
  * (another heap's block) saves no registers. */
-static NOINLINE void free_owned_at(struct segment *s, void *p)
+static NOINLINE void free_owned_at(struct segment *s, void *p, const char *func)
 {
-    free_owned(segment_page_of(s, p), p);
+    free_owned_shaped(s, p, func);
 }
 
 void raw_free_other(void *p, uint16_t tag, const char *func)
@@ -211,9 +242,7 @@ void raw_free_heap_block(void *p, uint16_t tag, const char *func)
         raw_free_other(p, tag, func);
         return;
     }
-    struct segment *s = segment_of(p);
-    checked_shape(s, p, func);
-    free_owned_at(s, p);
+    free_owned_at(segment_of(p), p, func);
 }
 
 static uint16_t checked_tag(const void *p, const char *func)

@@ -79,7 +79,11 @@ struct page {
                                   was last purged, by this class or earlier ones */
     /* The fresh run (page.c): never-used blocks carved but not threaded,
      * handed out one after the other from `fresh` (a byte offset from the
-     * segment) while it is below `fresh_end`, `fresh_size` apart. */
+     * segment) while it is below `fresh_end`, `fresh_size` apart. With no
+     * run open both are the end of what is carved (the area's start on a
+     * new page), so a carved block was handed out, now or before, exactly
+     * when it starts below `fresh`: the owner's frees check that with one
+     * compare (raw.c). */
     uint32_t fresh;
     struct page *next, *prev;  /* class queue or retired list */
     union {
