@@ -169,7 +169,7 @@ static NOINLINE void free_slow(void *p, uint16_t seen, const void *site)
      * pointer (bits above 46 clear: the fast path's lookup wraps the rest
      * around), as segmap_tag_checked would; looking it up again cost every
      * foreign free 8 instructions. (NULL's tag is 0, which wraps past
-     * MAX_HEAPS: it goes on below.) */
+     * MAX_HEAPS: it goes to free_other_cases.) */
     if (likely((unsigned)seen - 1u < MAX_HEAPS &&
                !((uintptr_t)p >> (SEGMAP_BITS + SEGMENT_SHIFT)) &&
                seen != __atomic_load_n(&heap_debug_tag, __ATOMIC_RELAXED))) {
