@@ -29,9 +29,11 @@ static void usage_add_segment(struct segment *s, void *arg)
         uint16_t reserved = __atomic_load_n(&pg->reserved, __ATOMIC_RELAXED);
         if (reserved > used)    /* read apart: the page may change between */
             u->free_blocks += reserved - used;
-        u->page_bytes += page_area_size(s, pg);
+        size_t area = page_area_size(s, pg);
+        u->page_bytes += area;
         u->class_blocks[pg->cls] += used;
         u->class_pages[pg->cls]++;
+        u->class_slots[pg->cls] += area / sh->block_size;
     }
 }
 

@@ -25,6 +25,7 @@ struct usage {
     uint64_t resident_bytes;    /* of segments (mincore) plus large blocks */
     uint64_t class_blocks[NUM_CLASSES];  /* blocks in use per class */
     uint64_t class_pages[NUM_CLASSES];   /* pages assigned per class */
+    uint64_t class_slots[NUM_CLASSES];   /* blocks those pages hold when full */
     struct os_counters os;
 };
 

@@ -50,12 +50,17 @@ EXPORT int tally_stats_get(struct tally_stats *out)
 
 struct stat_field { const char *name; uint64_t value; };
 
-/* One row per size class in use: the strings around its three numbers. */
-struct class_rows { const char *first, *next, *blocks, *pages, *end; };
+/* One row per size class in use: the strings around its numbers. The
+ * slots (blocks the class's pages hold when full) against the blocks in
+ * use say how full its pages are, jemalloc's `util` per bin: what the
+ * class keeps resident beyond what is allocated. The text form gives that
+ * fill in percent as well. */
+struct class_rows { const char *first, *next, *blocks, *pages, *slots, *fill, *end; };
 
-static const struct class_rows text_rows = { "  ", "  ", "\t    ", "\t    ", "\n" };
+static const struct class_rows text_rows = { "  ", "  ", "\t    ", "\t    ", "\t    ",
+                                             "\t    ", "%\n" };
 static const struct class_rows json_rows = { "{\"size\": ", ", {\"size\": ", ", \"blocks\": ",
-                                             ", \"pages\": ", "}" };
+                                             ", \"pages\": ", ", \"slots\": ", NULL, "}" };
 
 static void print_classes(struct diag_buf *b, int fd, const struct usage *u,
                           const struct class_rows *r)
@@ -71,6 +76,12 @@ static void print_classes(struct diag_buf *b, int fd, const struct usage *u,
         diag_dec(b, u->class_blocks[c]);
         diag_str(b, r->pages);
         diag_dec(b, u->class_pages[c]);
+        diag_str(b, r->slots);
+        diag_dec(b, u->class_slots[c]);
+        if (r->fill) {
+            diag_str(b, r->fill);
+            diag_dec(b, u->class_slots[c] ? 100 * u->class_blocks[c] / u->class_slots[c] : 0);
+        }
         diag_str(b, r->end);
         report_maybe_flush(b, fd);
     }
@@ -88,7 +99,7 @@ static void print_text(struct diag_buf *b, int fd, const struct stat_field *f, s
         diag_dec(b, f[i].value);
         diag_str(b, "\n");
     }
-    diag_str(b, "  class       blocks in use    pages\n");
+    diag_str(b, "  class       blocks in use    pages    slots    fill\n");
     print_classes(b, fd, u, &text_rows);
 }
 

@@ -34,7 +34,19 @@ Test(abi, stats_print_text_and_json)
     buf[n] = '\0';
     cr_assert_eq(buf[0], '{', "%s", buf);
     cr_assert(strstr(buf, "\"allocated_bytes\": "), "%s", buf);
-    cr_assert(strstr(buf, "{\"size\": 5120, \"blocks\": "), "%s", buf);
+    const char *row = strstr(buf, "{\"size\": 5120, \"blocks\": ");
+    cr_assert(row, "%s", buf);
+    /* The slots of the class's 64 KiB pages: at least the blocks in use,
+     * at most 12 a page (65536 / 5120; the segment's first page holds
+     * fewer, after the header). */
+    unsigned long blocks, pages, slots;
+    cr_assert_eq(sscanf(row, "{\"size\": 5120, \"blocks\": %lu, \"pages\": %lu, \"slots\": %lu",
+                        &blocks, &pages, &slots), 3, "%s", row);
+    cr_assert_geq(blocks, 1);
+    cr_assert_geq(pages, 1);
+    cr_assert_geq(slots, blocks, "%s", row);
+    cr_assert_leq(slots, 12 * pages, "%s", row);
+    cr_assert(strstr(buf, "  class       blocks in use    pages    slots    fill\n"), "%s", buf);
     cr_assert(strstr(buf, "]}\ntally: statistics\n"), "%s", buf);
     cr_assert(strstr(buf, "  resident_bytes    "), "%s", buf);
     free(keep);
