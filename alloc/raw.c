@@ -31,22 +31,6 @@ static void *alloc_in_class(unsigned cls, bool exact)
     return p;
 }
 
-int raw_aligned_class(size_t size, size_t align)
-{
-    size_t need = size < align ? align : size;
-    size_t limit = init_mmap_threshold();
-    if (need > limit || align > MEDIUM_HEADER)
-        return -1;
-    for (unsigned cls = sizeclass_of(need); cls < NUM_CLASSES; cls++) {
-        size_t bs = sizeclass_block_size[cls];
-        if (bs > limit)
-            break;
-        if ((bs & (align - 1)) == 0 && (cls >= NUM_SMALL_CLASSES || align <= SMALL_HEADER))
-            return (int)cls;
-    }
-    return -1;
-}
-
 void *raw_alloc(size_t size, size_t align)
 {
     if (align <= MIN_ALIGN) {
@@ -56,7 +40,7 @@ void *raw_alloc(size_t size, size_t align)
     }
     if (size > PTRDIFF_MAX - align)
         return NULL;
-    int cls = raw_aligned_class(size, align);
+    int cls = raw_aligned_class(size, align, init_mmap_threshold());
     return cls >= 0 ? alloc_in_class((unsigned)cls, true) : large_alloc(size, align, 0, 0);
 }
 
@@ -313,7 +297,7 @@ void *raw_alloc_debug(size_t size, size_t align, size_t front)
     front = align_up(front, align);
     if (size > PTRDIFF_MAX - front - align)
         return NULL;
-    int cls = raw_aligned_class(front + size, align);
+    int cls = raw_aligned_class(front + size, align, init_mmap_threshold());
     if (cls < 0)
         return large_alloc(size, align, front, LARGE_DEBUG);
     uint8_t *b = heap_alloc_shared(SHARED_DEBUG, (unsigned)cls, true);
