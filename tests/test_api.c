@@ -90,37 +90,47 @@ Test(api, aligned_family_honours_alignment_up_to_1MiB)
 }
 
 /* The aligned family's fast lane pops its class's current page (malloc.c,
- * aligned_fast). In a new thread's young heap, malloc(140) is served from
+ * aligned_take). In a new thread's young heap, malloc(140) is served from
  * the 160 B class's pages (pairs); the aligned requests after the frees
  * take those blocks back off the lists, and must still be aligned and
- * apart. Counts what is wrong. */
-static void *aligned_reuse(void *arg)
+ * apart. The lane takes medium sizes too: 70,000 B blocks (the 72 KiB
+ * class, 8 KiB aligned) come back for alignments up to 8 KiB, and 16 and
+ * 64 KiB need a class of their own. Counts what is wrong. */
+static int aligned_reuse_size(size_t size, int n, const size_t *aligns, size_t naligns)
 {
-    int *bad = arg;
-    enum { N = 300 };
-    static const size_t aligns[] = { 16, 32, 64, 128, 256, 4096 };
-    unsigned char *v[N];
-    for (size_t a = 0; a < sizeof aligns / sizeof aligns[0]; a++) {
-        for (int i = 0; i < N; i++)
-            v[i] = malloc(140);
-        for (int i = 0; i < N; i++)
+    int bad = 0;
+    unsigned char *v[300];
+    for (size_t a = 0; a < naligns; a++) {
+        for (int i = 0; i < n; i++)
+            v[i] = malloc(size);
+        for (int i = 0; i < n; i++)
             free(v[i]);
-        for (int i = 0; i < N; i++) {
-            v[i] = aligned_alloc(aligns[a], 140);
-            if (!v[i] || (uintptr_t)v[i] % aligns[a] || malloc_usable_size(v[i]) < 140)
-                ++*bad;
+        for (int i = 0; i < n; i++) {
+            v[i] = aligned_alloc(aligns[a], size);
+            if (!v[i] || (uintptr_t)v[i] % aligns[a] || malloc_usable_size(v[i]) < size)
+                ++bad;
             else
-                memset(v[i], i & 0xff, 140);
+                memset(v[i], i & 0xff, size);
         }
-        for (int i = 0; i < N; i++) {
-            for (int k = 0; v[i] && k < 140; k++)
+        for (int i = 0; i < n; i++) {
+            for (size_t k = 0; v[i] && k < size; k++)
                 if (v[i][k] != (i & 0xff)) {
-                    ++*bad;     /* two blocks overlap */
+                    ++bad;      /* two blocks overlap */
                     break;
                 }
             free(v[i]);
         }
     }
+    return bad;
+}
+
+static void *aligned_reuse(void *arg)
+{
+    int *bad = arg;
+    static const size_t small[] = { 16, 32, 64, 128, 256, 4096 };
+    static const size_t medium[] = { 16, 64, 1024, 8192, 16384, 65536 };
+    *bad += aligned_reuse_size(140, 300, small, sizeof small / sizeof small[0]);
+    *bad += aligned_reuse_size(70000, 40, medium, sizeof medium / sizeof medium[0]);
     return NULL;
 }
 
