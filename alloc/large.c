@@ -22,6 +22,7 @@ struct large_header {
     size_t map_size;      /* bytes mapped, header included */
     size_t offset;        /* block start - mapping start */
     size_t base_align;    /* alignment the mapping start must keep */
+    size_t req;           /* the size last asked for (large_alloc, large_realloc) */
     uint32_t flags;
     struct large_maps maps;   /* the kernel mappings it spans (large_maps.h) */
 };
@@ -155,7 +156,7 @@ void *large_alloc(size_t size, size_t align, size_t front, unsigned flags)
     if (!h)
         return NULL;
     os_mark_defined(h, offset);
-    *h = (struct large_header){ LARGE_MAGIC, map_size, offset, base_align,
+    *h = (struct large_header){ LARGE_MAGIC, map_size, offset, base_align, size,
                                 (flags & ~LARGE_ZERO) | (guard ? LARGE_GUARD : 0), maps };
     if (guard)
         os_protect((char *)h + map_size - OS_PAGE, OS_PAGE, true);
@@ -217,6 +218,38 @@ void large_free(void *p, const char *func)
         large_cache_put(h, map_size, &h->maps);
 }
 
+/* Grows h, whose mapping ends at old_map and has room for cuts `maps`,
+ * into the cached mapping that starts right there when that one covers
+ * new_map: the pages are already in place, and those its last owner
+ * touched are resident (a buffer grown by doubling took the cached tail
+ * of its own last round's block, which sat in the way of growing in
+ * place, and faulted in fresh pages past it instead). The part past a
+ * segment boundary beyond new_map stays cached. True when it did; the
+ * caller untagged h. */
+static bool large_grow_into_cached(struct large_header *h, size_t old_map, size_t new_map,
+                                   struct large_maps *maps)
+{
+    struct large_piece pc;
+    if (h->flags & LARGE_GUARD || !large_cache_take_at((char *)h + old_map, &pc))
+        return false;
+    if (old_map + pc.size < new_map || maps->n + 1 + pc.maps.n > LARGE_MAX_MAPS - 1 ||
+        (old_map + pc.size) / OS_PAGE > UINT32_MAX) {
+        large_cache_put(pc.base, pc.size, &pc.maps);
+        return false;
+    }
+    size_t head = align_up(new_map - old_map, SEGMENT_SIZE);
+    if (head < pc.size) {
+        struct large_maps tail;
+        large_maps_split(&pc.maps, head, &tail);
+        large_cache_put(pc.base + head, pc.size - head, &tail);
+        pc.size = head;
+    }
+    large_maps_append(maps, &pc.maps, old_map);
+    h->maps = *maps;
+    h->map_size = old_map + pc.size;
+    return true;
+}
+
 void *large_realloc(void *p, size_t size)
 {
     struct large_header *h = large_checked(p, "realloc");
@@ -225,8 +258,16 @@ void *large_realloc(void *p, size_t size)
     size_t guard = h->flags & LARGE_GUARD ? OS_PAGE : 0;
     size_t old_map = h->map_size;
     size_t new_map = align_up(h->offset + size, OS_PAGE) + guard;
-    if (new_map == old_map)
+    /* A request that grows stays where it fits: the mapping can be bigger
+     * than the last one asked (the cache hands out whole segments), and
+     * shrinking it there gave back the pages the growth was about to
+     * write (the same doubling buffer's 1 MiB block in a cached 4 MiB
+     * mapping shrank to 2 MiB, then grew again past it). A shrink gives
+     * back what it can. */
+    if (new_map == old_map || (new_map < old_map && size >= h->req)) {
+        h->req = size;
         return p;
+    }
     /* Untag first: once mremap moves the pages, another thread may map the
      * old range and tag it. The guard page moves to the new end. */
     large_untag(h);
@@ -237,6 +278,12 @@ void *large_realloc(void *p, size_t size)
      * part is one more mapping, or, when that would pass LARGE_MAX_MAPS,
      * copies the block into a single one. */
     struct large_maps maps = h->maps;
+    if (new_map > old_map && large_grow_into_cached(h, old_map, new_map, &maps)) {
+        h->req = size;
+        large_tag(h);
+        atomic_fetch_add_explicit(&live_bytes, h->map_size - old_map, memory_order_relaxed);
+        return p;
+    }
     size_t last = large_maps_last(&maps);
     bool split = maps.n + 1 < LARGE_MAX_MAPS && old_map / OS_PAGE <= UINT32_MAX;
     enum os_remap_how how;
@@ -262,6 +309,7 @@ void *large_realloc(void *p, size_t size)
     }
     n->maps = maps;
     n->map_size = new_map;
+    n->req = size;
     large_tag(n);
     atomic_fetch_add_explicit(&live_bytes, new_map - old_map, memory_order_relaxed);
     return (char *)n + n->offset;

@@ -164,6 +164,22 @@ unsigned large_cache_take(size_t size, struct large_piece out[LARGE_CACHE_SLOTS]
     return n;
 }
 
+bool large_cache_take_at(const void *base, struct large_piece *out)
+{
+    if (!__atomic_load_n(&count, __ATOMIC_RELAXED))
+        return false;
+    bool found = false;
+    lock_take(&cache_lock);
+    for (unsigned i = 0; i < count && !found; i++)
+        if (slots[i].base == base) {
+            struct cache_entry e = cache_remove(i);
+            *out = (struct large_piece){ e.base, e.size, e.maps };
+            found = true;
+        }
+    lock_give(&cache_lock);
+    return found;
+}
+
 bool large_cache_holds(void)
 {
     return __atomic_load_n(&count, __ATOMIC_RELAXED) != 0;

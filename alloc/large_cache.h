@@ -49,6 +49,9 @@ struct large_piece { char *base; size_t size; struct large_maps maps; };
  * mappings. Returns how many were taken; 0 when none could be, and their
  * sizes add up to less than `size` when the cache or that bound ran out. */
 HIDDEN unsigned large_cache_take(size_t size, struct large_piece out[LARGE_CACHE_SLOTS]);
+/* Takes the cached mapping that starts at `base` into *out: true when
+ * there is one (a block about to grow into it: large.c). */
+HIDDEN bool large_cache_take_at(const void *base, struct large_piece *out);
 /* Unmaps entries unused for LARGE_CACHE_EXPIRE_MS, or all of them; true
  * when it unmapped any. All of them too when the OS refuses a request
  * (then retried): cached blocks stay charged to the address space limit
