@@ -51,6 +51,8 @@ WORKLOADS = [
     Workload("realloc-m", "w_realloc", ["-l", "64", "-i", "4", "-m"],
              ["-l", "64", "-i", "16", "-m"],
              "realloc growth 1..64 MiB, never touched", seed="002"),
+    Workload("bufgrow", "w_bufgrow", ["-n", "2000"], ["-n", "10000"],
+             "buffers grown by doubling to 16 KiB..8 MiB, written, freed"),
     Workload("rssfoot", "w_rssfoot", ["-o", "2000000", "-s", "2"],
              ["-o", "20000000", "-s", "2"],
              "server churn, shrink to 10%, regrow; RSS per phase", seed="003",
