@@ -23,9 +23,14 @@ static void usage_add_segment(struct segment *s, void *arg)
         const struct page *pg = &s->pages[i];
         const struct page_shape *sh = &s->shapes[i];
         uint32_t used = __atomic_load_n(&pg->used, __ATOMIC_RELAXED);
-        if (!sh->in_use)
+        /* Read once: the owner may release the page meanwhile (its shape
+         * is zeroed), and a block size read as 0 after in_use read as 1
+         * divided by zero below (the TSan driver's mallinfo2 thread hit
+         * it: SIGFPE). */
+        uint32_t bs = __atomic_load_n(&sh->block_size, __ATOMIC_RELAXED);
+        if (!sh->in_use || bs == 0)
             continue;
-        u->allocated_bytes += (uint64_t)used * sh->block_size;
+        u->allocated_bytes += (uint64_t)used * bs;
         uint16_t reserved = __atomic_load_n(&pg->reserved, __ATOMIC_RELAXED);
         if (reserved > used)    /* read apart: the page may change between */
             u->free_blocks += reserved - used;
@@ -33,7 +38,7 @@ static void usage_add_segment(struct segment *s, void *arg)
         u->page_bytes += area;
         u->class_blocks[pg->cls] += used;
         u->class_pages[pg->cls]++;
-        u->class_slots[pg->cls] += area / sh->block_size;
+        u->class_slots[pg->cls] += area / bs;
     }
 }
 
