@@ -250,7 +250,9 @@ static NOINLINE void *realloc_own(void *p, size_t size)
     size_t usable = raw_usable_own(p, "realloc");
     if (raw_realloc_stays(usable, size))
         return p;
-    void *q = malloc(size);
+    void *q = raw_alloc_grown(size, usable);
+    if (!q)
+        q = malloc(size);
     if (unlikely(!q))
         return size <= usable ? p : NULL;
     memcpy(q, p, usable < size ? usable : size);

@@ -260,9 +260,18 @@ size_t raw_usable_own(void *p, const char *func)
     return checked_shape(segment_of(p), p, func)->block_size;
 }
 
+void *raw_alloc_grown(size_t size, size_t usable)
+{
+    if (size <= usable || usable < RAW_GROWN_LARGE || size > init_mmap_threshold())
+        return NULL;
+    return large_alloc(size, MIN_ALIGN, 0, 0);
+}
+
 static void *realloc_move(void *p, size_t old_usable, size_t size, const char *func)
 {
-    void *q = raw_alloc(size, MIN_ALIGN);
+    void *q = raw_alloc_grown(size, old_usable);
+    if (!q)
+        q = raw_alloc(size, MIN_ALIGN);
     if (!q)
         return NULL;
     memcpy(q, p, old_usable < size ? old_usable : size);

@@ -66,6 +66,17 @@ static inline bool raw_realloc_stays(size_t usable, size_t size)
     return size <= usable && (size > usable / 2 || usable <= 64);
 }
 
+/* A block of at least RAW_GROWN_LARGE bytes that realloc grows goes to a
+ * mapping of its own (large.c) even below the mmap threshold: the steps
+ * after it then move page tables or grow in place instead of copying the
+ * block into each bigger class (a buffer doubling to 8 MiB copied 512
+ * KiB more a round; bufgrow in docs/benchmarks.md). glibc's realloc maps
+ * blocks that size too, its mmap threshold rising only with what a
+ * program frees. Returns that block, or NULL when the rule does not apply
+ * or the mapping was refused: the caller allocates as before. */
+#define RAW_GROWN_LARGE (256u * 1024u)
+HIDDEN void *raw_alloc_grown(size_t size, size_t usable);
+
 /* Debug blocks: `size` bytes at the returned pointer, with `front` bytes
  * before it (front is a multiple of 16) that belong to the caller. They
  * come from the debug heap or a flagged large mapping, so raw_is_debug()

@@ -384,6 +384,31 @@ Test(large, a_growing_realloc_stays_in_a_bigger_mapping)
     free(q);
 }
 
+/* A medium block of 256 KiB or more that realloc grows goes to a mapping
+ * of its own, below the mmap threshold too, so the next growth moves page
+ * tables or stays put instead of copying (raw.h, RAW_GROWN_LARGE). With
+ * the block left in a medium class, the 2 MiB step copied it into a new
+ * mapping: another pointer and no mremap. */
+Test(large, a_medium_block_grown_by_realloc_moves_to_its_own_mapping)
+{
+    size_t a = 300u << 10, b = 400u << 10, c = 2u << 20;
+    unsigned char *p = malloc(a);
+    for (size_t i = 0; i < a; i++)
+        p[i] = (unsigned char)(i * 7);
+    unsigned char *q = realloc(p, b);
+    cr_assert_not_null(q);
+    cr_assert_geq(malloc_usable_size(q), b);
+    struct tally_stats before = stats();
+    unsigned char *r = realloc(q, c);
+    struct tally_stats after = stats();
+    cr_assert_not_null(r);
+    cr_assert(r == q || after.mremap_calls > before.mremap_calls,
+              "the 2 MiB step copied the block (%p -> %p, no mremap)", (void *)q, (void *)r);
+    for (size_t i = 0; i < a; i++)
+        cr_assert_eq(r[i], (unsigned char)(i * 7), "byte %zu", i);
+    free(r);
+}
+
 Test(large, the_cache_keeps_few_blocks_below_a_segment)
 {
     /* Sixteen freed 1 MiB blocks: the cache keeps twelve of them mapped
