@@ -87,6 +87,20 @@ static struct large_header *large_glue(struct large_piece *pc, unsigned n, size_
     return (struct large_header *)dst;
 }
 
+/* Cuts pc on the first segment boundary past `need` bytes; the tail stays
+ * where it is, a mapping of its own, and goes back into the cache (no
+ * system call, no fault). */
+static void piece_trim(struct large_piece *pc, size_t need)
+{
+    size_t head = align_up(need, SEGMENT_SIZE);
+    if (head < pc->size) {
+        struct large_maps tail;
+        large_maps_split(&pc->maps, head, &tail);
+        large_cache_put(pc->base + head, pc->size - head, &tail);
+        pc->size = head;
+    }
+}
+
 /* A warm mapping of at least *map_size bytes from the cache, or NULL.
  * - the last mapping taken is split on the first segment boundary past
  *   what it must cover; the tail stays where it is, a mapping of its own,
@@ -111,14 +125,7 @@ static struct large_header *large_take_cached(size_t *map_size, struct large_map
     for (unsigned i = 0; i + 1 < n; i++)
         before += pc[i].size;
     struct large_piece *last = &pc[n - 1];
-    size_t rest = want - before;
-    size_t head = align_up(rest, SEGMENT_SIZE);
-    if (head < last->size) {
-        struct large_maps tail;
-        large_maps_split(&last->maps, head, &tail);
-        large_cache_put(last->base + head, last->size - head, &tail);
-        last->size = head;
-    }
+    piece_trim(last, want - before);
     size_t got = before + last->size;
     if (n == 1 && got >= want) {
         *map_size = got;
@@ -223,8 +230,9 @@ void large_free(void *p, const char *func)
  * new_map: the pages are already in place, and those its last owner
  * touched are resident (a buffer grown by doubling took the cached tail
  * of its own last round's block, which sat in the way of growing in
- * place, and faulted in fresh pages past it instead). The part past a
- * segment boundary beyond new_map stays cached. True when it did; the
+ * place, and faulted in fresh pages past it instead). What lies past
+ * the segment boundary beyond new_map stays cached (piece_trim). True
+ * when it did; the
  * caller untagged h. */
 static bool large_grow_into_cached(struct large_header *h, size_t old_map, size_t new_map,
                                    struct large_maps *maps)
@@ -237,13 +245,7 @@ static bool large_grow_into_cached(struct large_header *h, size_t old_map, size_
         large_cache_put(pc.base, pc.size, &pc.maps);
         return false;
     }
-    size_t head = align_up(new_map - old_map, SEGMENT_SIZE);
-    if (head < pc.size) {
-        struct large_maps tail;
-        large_maps_split(&pc.maps, head, &tail);
-        large_cache_put(pc.base + head, pc.size - head, &tail);
-        pc.size = head;
-    }
+    piece_trim(&pc, new_map - old_map);
     large_maps_append(maps, &pc.maps, old_map);
     h->maps = *maps;
     h->map_size = old_map + pc.size;

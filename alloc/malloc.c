@@ -368,6 +368,8 @@ EXPORT void *aligned_alloc(size_t align, size_t size)
         errno = EINVAL;
         return NULL;
     }
+    /* memalign_entry's lane, spelled out: through a helper taking the
+     * site, CALLER was read at entry, an instruction more on the lane. */
     struct heap *h = tls_heap;
     struct block *b = aligned_take(h, size, align);
     if (unlikely(!b))

@@ -151,12 +151,15 @@ static ALWAYS_INLINE void free_owned_shaped(struct segment *s, void *p, const ch
     free_owned(pg, p);
 }
 
-/* raw_free_own for any block but a medium one: a block of a full small
- * page, the head of a small page's list (a double free), or something to
- * report. Apart, so that its registers do not weigh on the medium lane. */
-static NOINLINE void free_own_checked(struct segment *s, void *p)
+/* free_owned_shaped out of line: raw_free_own's case for any block but a
+ * medium one (a block of a full small page, the head of a small page's
+ * list: a double free, or something to report), apart so that its
+ * registers do not weigh on the medium lane; and raw_free_heap_block's
+ * rare one (the caller's own block), so that the common one (another
+ * heap's) saves none. */
+static NOINLINE void free_owned_at(struct segment *s, void *p, const char *func)
 {
-    free_owned_shaped(s, p, "free");
+    free_owned_shaped(s, p, func);
 }
 
 /* raw_free_own's report on a medium block that failed its bound or is
@@ -183,7 +186,7 @@ void raw_free_own(void *p)
      * a small segment's pages[0] is another line, which a full small
      * page's first free would have pulled in for nothing. PAGE_MEDIUM is
      * set only while the page is in use (a released page is zeroed):
-     * anything else takes free_own_checked, which reports what is
+     * anything else takes free_owned_at, which reports what is
      * wrong. */
     struct page *pg = &s->pages[0];
     if (likely(s->kind == SEG_MEDIUM && (pg->flags & PAGE_MEDIUM))) {
@@ -205,14 +208,7 @@ void raw_free_own(void *p)
         free_owned(pg, p);
         return;
     }
-    free_own_checked(s, p);
-}
-
-/* raw_free_heap_block's rare case, out of line so that the common one
- * (another heap's block) saves no registers. */
-static NOINLINE void free_owned_at(struct segment *s, void *p, const char *func)
-{
-    free_owned_shaped(s, p, func);
+    free_owned_at(s, p, "free");
 }
 
 void raw_free_other(void *p, uint16_t tag, const char *func)
@@ -286,7 +282,10 @@ void *raw_realloc(void *p, size_t size, const char *func)
 {
     size_t usable = raw_usable_size(p, func);
     if (segmap_tag(p) >= TAG_LARGE_TAIL) {
-        if (size > init_mmap_threshold())
+        /* One that grows stays a mapping, below the threshold too (a
+         * block raw_alloc_grown gave one, or one mapped while the
+         * threshold was lower): mremap moves no bytes. */
+        if (size > init_mmap_threshold() || size > usable)
             return large_realloc(p, size);
         void *q = realloc_move(p, usable, size, func);
         return q ? q : large_realloc(p, size);

@@ -23,10 +23,10 @@ static void usage_add_segment(struct segment *s, void *arg)
         const struct page *pg = &s->pages[i];
         const struct page_shape *sh = &s->shapes[i];
         uint32_t used = __atomic_load_n(&pg->used, __ATOMIC_RELAXED);
-        /* Read once: the owner may release the page meanwhile (its shape
-         * is zeroed), and a block size read as 0 after in_use read as 1
-         * divided by zero below (the TSan driver's mallinfo2 thread hit
-         * it: SIGFPE). */
+        /* Read once, and a page released meanwhile (its shape zeroed)
+         * skipped: a block size read as 0 after in_use read as 1 once
+         * divided the class's slots by zero (SIGFPE in the TSan driver's
+         * mallinfo2 thread; the slots are now the page's capacity). */
         uint32_t bs = __atomic_load_n(&sh->block_size, __ATOMIC_RELAXED);
         if (!sh->in_use || bs == 0)
             continue;
@@ -34,11 +34,10 @@ static void usage_add_segment(struct segment *s, void *arg)
         uint16_t reserved = __atomic_load_n(&pg->reserved, __ATOMIC_RELAXED);
         if (reserved > used)    /* read apart: the page may change between */
             u->free_blocks += reserved - used;
-        size_t area = page_area_size(s, pg);
-        u->page_bytes += area;
+        u->page_bytes += page_area_size(s, pg);
         u->class_blocks[pg->cls] += used;
         u->class_pages[pg->cls]++;
-        u->class_slots[pg->cls] += area / bs;
+        u->class_slots[pg->cls] += pg->capacity;
     }
 }
 

@@ -398,6 +398,16 @@ Test(large, a_medium_block_grown_by_realloc_moves_to_its_own_mapping)
     unsigned char *q = realloc(p, b);
     cr_assert_not_null(q);
     cr_assert_geq(malloc_usable_size(q), b);
+    /* Growing again below the threshold keeps it a mapping: before, raw
+     * realloc moved a large block of up to 512 KiB into a new block (a
+     * copy, and with the rule above another mapping). */
+    struct tally_stats mid = stats();
+    unsigned char *m = realloc(q, 480u << 10);
+    struct tally_stats mid_after = stats();
+    cr_assert_not_null(m);
+    cr_assert(m == q || mid_after.mremap_calls > mid.mremap_calls,
+              "the 480 KiB step copied the block (%p -> %p, no mremap)", (void *)q, (void *)m);
+    q = m;
     struct tally_stats before = stats();
     unsigned char *r = realloc(q, c);
     struct tally_stats after = stats();
