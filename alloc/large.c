@@ -118,7 +118,7 @@ static struct large_header *large_take_cached(size_t *map_size, struct large_map
 {
     large_cache_expire(false);
     size_t want = *map_size, before = 0;
-    struct large_piece pc[LARGE_CACHE_SLOTS];
+    struct large_piece pc[LARGE_MAX_MAPS];
     unsigned n = large_cache_take(want, pc);
     if (!n)
         return NULL;
@@ -180,6 +180,8 @@ void *large_alloc(size_t size, size_t align, size_t front, unsigned flags)
     large_tag(h);
     atomic_fetch_add_explicit(&live_count, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&live_bytes, map_size, memory_order_relaxed);
+    if (!warm)
+        large_cache_fit_live();
     return (char *)h + offset;
 }
 
@@ -314,6 +316,8 @@ void *large_realloc(void *p, size_t size)
     n->req = size;
     large_tag(n);
     atomic_fetch_add_explicit(&live_bytes, new_map - old_map, memory_order_relaxed);
+    if (new_map > old_map)
+        large_cache_fit_live();
     return (char *)n + n->offset;
 }
 

@@ -5,6 +5,7 @@
  * ones and already cost a system call, so a lock here is noise.
  */
 #include "large_cache.h"
+#include "large.h"
 #include "os.h"
 #include "init.h"
 #include "lock.h"
@@ -25,6 +26,9 @@ static size_t bytes;
  * does not stay resident beside everything the program touches after it.
  * A cache emptied by age or malloc_trim disarms again. */
 static bool freed_one, armed;
+/* The most bytes live large blocks have held since the cache last
+ * emptied (large_cache_fit_live), under the lock. */
+static size_t peak_live;
 
 static struct cache_entry cache_remove(unsigned i)
 {
@@ -34,6 +38,21 @@ static struct cache_entry cache_remove(unsigned i)
     __atomic_store_n(&count, count - 1, __ATOMIC_RELAXED);
     bytes -= e.size;
     return e;
+}
+
+/* The range of entry i, removed: what an eviction unmaps once the lock
+ * is given back. */
+static struct os_range cache_remove_range(unsigned i)
+{
+    struct cache_entry e = cache_remove(i);
+    return (struct os_range){ e.base, e.size };
+}
+
+static size_t live_large_bytes(void)
+{
+    uint64_t n, bytes;
+    large_counters(&n, &bytes);
+    return (size_t)bytes;
 }
 
 /* Whether hi starts where lo ends and the two can be one entry: at most
@@ -92,13 +111,18 @@ void large_cache_put(void *base, size_t size, const struct large_maps *m)
     /* At most every entry; the cap below a segment adds one only when
      * LARGE_CACHE_SMALL_SLOTS small entries are left, so the total never
      * passes the slot count. */
-    struct cache_entry evicted[LARGE_CACHE_SLOTS];
+    struct os_range evicted[LARGE_CACHE_SLOTS];   /* 2 KiB: not whole entries */
     unsigned n_evicted = 0;
     struct cache_entry e = { base, size, 0, *m };
     lock_take(&cache_lock);
+    /* The block was live a moment ago: live + size is a level reached. */
+    size_t live = live_large_bytes();
+    if (live + size > peak_live)
+        peak_live = live + size;
     cache_join_neighbours(&e, limit);
-    while (count && (count == LARGE_CACHE_SLOTS || bytes + e.size > limit))
-        evicted[n_evicted++] = cache_remove(0);
+    while (count && (count == LARGE_CACHE_SLOTS || bytes + e.size > limit ||
+                     bytes + e.size + live > peak_live))
+        evicted[n_evicted++] = cache_remove_range(0);
     if (e.size < SEGMENT_SIZE) {
         /* The oldest of the entries below a segment, when they are many. */
         unsigned small = 0, oldest = 0;
@@ -106,7 +130,7 @@ void large_cache_put(void *base, size_t size, const struct large_maps *m)
             if (slots[i].size < SEGMENT_SIZE && small++ == 0)
                 oldest = i;
         if (small >= LARGE_CACHE_SMALL_SLOTS)
-            evicted[n_evicted++] = cache_remove(oldest);
+            evicted[n_evicted++] = cache_remove_range(oldest);
     }
     e.freed_at = os_now_ms();
     slots[count] = e;
@@ -114,7 +138,7 @@ void large_cache_put(void *base, size_t size, const struct large_maps *m)
     bytes += e.size;
     lock_give(&cache_lock);
     for (unsigned i = 0; i < n_evicted; i++)
-        os_unmap(evicted[i].base, evicted[i].size);
+        os_unmap(evicted[i].p, evicted[i].size);
     background_poke();          /* it expires the entry if nobody else does */
 }
 
@@ -141,7 +165,7 @@ static int cache_pick(size_t need, unsigned cuts, bool join)
     return best;
 }
 
-unsigned large_cache_take(size_t size, struct large_piece out[LARGE_CACHE_SLOTS])
+unsigned large_cache_take(size_t size, struct large_piece out[LARGE_MAX_MAPS])
 {
     unsigned n = 0, cuts = 0;
     size_t got = 0;
@@ -151,7 +175,8 @@ unsigned large_cache_take(size_t size, struct large_piece out[LARGE_CACHE_SLOTS]
         return 0;
     }
     lock_take(&cache_lock);
-    while (got < size) {
+    /* Each piece after the first adds a cut, so at most LARGE_MAX_MAPS. */
+    while (got < size && n < LARGE_MAX_MAPS) {
         int i = cache_pick(size - got, LARGE_MAX_MAPS - 1 - cuts, n > 0);
         if (i < 0)
             break;
@@ -185,6 +210,23 @@ bool large_cache_holds(void)
     return __atomic_load_n(&count, __ATOMIC_RELAXED) != 0;
 }
 
+void large_cache_fit_live(void)
+{
+    if (!__atomic_load_n(&count, __ATOMIC_RELAXED))
+        return;
+    struct os_range evicted[LARGE_CACHE_SLOTS];
+    unsigned n = 0;
+    lock_take(&cache_lock);
+    size_t live = live_large_bytes();
+    if (live > peak_live)
+        peak_live = live;
+    while (count && bytes + live > peak_live)
+        evicted[n++] = cache_remove_range(0);
+    lock_give(&cache_lock);
+    for (unsigned i = 0; i < n; i++)
+        os_unmap(evicted[i].p, evicted[i].size);
+}
+
 static void cache_disarm(void)
 {
     __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
@@ -199,19 +241,21 @@ bool large_cache_expire(bool all)
         return false;
     }
     uint64_t now = os_now_ms();
-    struct cache_entry expired[LARGE_CACHE_SLOTS];
+    struct os_range expired[LARGE_CACHE_SLOTS];
     unsigned n = 0;
     if (all)
         lock_take(&cache_lock);
     else if (!lock_try(&cache_lock))
         return false;
     while (count && (all || now - slots[0].freed_at >= LARGE_CACHE_EXPIRE_MS))
-        expired[n++] = cache_remove(0);
-    if (!count)
+        expired[n++] = cache_remove_range(0);
+    if (!count) {
+        peak_live = 0;       /* the next peak is measured afresh */
         cache_disarm();
+    }
     lock_give(&cache_lock);
     for (unsigned i = 0; i < n; i++)
-        os_unmap(expired[i].base, expired[i].size);
+        os_unmap(expired[i].p, expired[i].size);
     return n > 0;
 }
 

@@ -17,24 +17,19 @@
 
 #include "large_maps.h"
 
-/* Mappings kept at once. Each keeps whatever its blocks touched, so the
- * count bounds RSS as much as the byte limit does. Splitting leaves more,
- * smaller entries: with 8 slots malloc-large evicted them and took 128k
- * faults; 16 took it to 72k at a lower peak (204.5 against 206.5 MiB;
- * 60k once glued mappings moved piece by piece, see os_move_into) and
- * cost mstress 11% more peak RSS (15.1 against 13.7 MiB) for 10% less
- * time, which the cap below takes back. 32 measured the same as 16. */
-#define LARGE_CACHE_SLOTS     16
+/* Mappings kept at once. Each keeps whatever its blocks touched; the
+ * byte limit, the peak rule (large_cache_fit_live) and the expiry bound
+ * the RSS they hold. Splitting leaves more, smaller entries: with 8 slots
+ * malloc-large evicted them and took 128k faults; 16 took it to 72k.
+ * Blocks below a segment each sit in a segment-aligned range of their
+ * own, so they never glue into one entry: a server that cycles 100 live
+ * 600 KB buffers frees 100 entries a round, and the 12 such entries the
+ * cache kept until Dec 4 made it unmap 88 of them every round and fault
+ * them in again (docs/benchmarks.md, bufcycle). */
+#define LARGE_CACHE_SLOTS     128
 /* Of which at most this many below SEGMENT_SIZE: split tails are whole
- * segments, so this leaves malloc-large as it is and bounds what mstress
- * (its large blocks are 0.5-1 MiB) keeps. 8 first: 13.4 MiB peak against
- * 15.9 with 16, for 7% more time. 12 now: with several threads each
- * holding such blocks, 8 made mstress map and unmap them over and over
- * (3,761 munmap at 4 threads on 2 CPUs); 12 took it from 0.279 to 0.242 s
- * at 2 threads, 0.519 to 0.461 at 4 and 1.17 to 0.98 at 8, for 13.1 ->
- * 15.1, 21.1 -> 22.9 and 36.5 -> 38.4 MiB (glibc about 16, 22 and 34;
- * 16 slots measured slower than 12 and took more). */
-#define LARGE_CACHE_SMALL_SLOTS 12
+ * segments, so a few slots stay for them. */
+#define LARGE_CACHE_SMALL_SLOTS 120
 #define LARGE_CACHE_EXPIRE_MS 1000
 
 /* Takes a freed SEGMENT_SIZE-aligned mapping cut as m says: keeps it, or
@@ -48,10 +43,19 @@ struct large_piece { char *base; size_t size; struct large_maps maps; };
  * for the part none of them covers) within LARGE_MAX_MAPS kernel
  * mappings. Returns how many were taken; 0 when none could be, and their
  * sizes add up to less than `size` when the cache or that bound ran out. */
-HIDDEN unsigned large_cache_take(size_t size, struct large_piece out[LARGE_CACHE_SLOTS]);
+HIDDEN unsigned large_cache_take(size_t size, struct large_piece out[LARGE_MAX_MAPS]);
 /* Takes the cached mapping that starts at `base` into *out: true when
  * there is one (a block about to grow into it: large.c). */
 HIDDEN bool large_cache_take_at(const void *base, struct large_piece *out);
+/* The peak rule: cached bytes plus the live large blocks' bytes stay
+ * within the most the live ones have reached (since the cache last
+ * emptied), so keeping freed blocks never raises the RSS large blocks
+ * take above their own peak. Blocks of sizes that differ round to round
+ * leave entries no request fits; without the rule they sat resident
+ * beside the fresh mappings made instead, up to the byte limit. Called
+ * after large blocks grew (a fresh mapping, a growing realloc): evicts
+ * the oldest entries until the rule holds. */
+HIDDEN void large_cache_fit_live(void);
 /* Unmaps entries unused for LARGE_CACHE_EXPIRE_MS, or all of them; true
  * when it unmapped any. All of them too when the OS refuses a request
  * (then retried): cached blocks stay charged to the address space limit
