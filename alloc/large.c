@@ -96,7 +96,7 @@ static void piece_trim(struct large_piece *pc, size_t need)
     if (head < pc->size) {
         struct large_maps tail;
         large_maps_split(&pc->maps, head, &tail);
-        large_cache_put(pc->base + head, pc->size - head, &tail);
+        large_cache_put(pc->base + head, pc->size - head, &tail, false);
         pc->size = head;
     }
 }
@@ -224,7 +224,7 @@ void large_free(void *p, const char *func)
     if (h->base_align != SEGMENT_SIZE || (h->flags & LARGE_GUARD))
         os_unmap(h, map_size);
     else
-        large_cache_put(h, map_size, &h->maps);
+        large_cache_put(h, map_size, &h->maps, true);
 }
 
 /* Grows h, whose mapping ends at old_map and has room for cuts `maps`,
@@ -244,7 +244,7 @@ static bool large_grow_into_cached(struct large_header *h, size_t old_map, size_
         return false;
     if (old_map + pc.size < new_map || maps->n + 1 + pc.maps.n > LARGE_MAX_MAPS - 1 ||
         (old_map + pc.size) / OS_PAGE > UINT32_MAX) {
-        large_cache_put(pc.base, pc.size, &pc.maps);
+        large_cache_put(pc.base, pc.size, &pc.maps, false);
         return false;
     }
     piece_trim(&pc, new_map - old_map);

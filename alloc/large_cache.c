@@ -100,7 +100,7 @@ static void cache_join_neighbours(struct cache_entry *e, size_t limit)
         }
 }
 
-void large_cache_put(void *base, size_t size, const struct large_maps *m)
+void large_cache_put(void *base, size_t size, const struct large_maps *m, bool was_live)
 {
     size_t limit = init_large_cache_bytes();
     if (!__atomic_load_n(&armed, __ATOMIC_RELAXED) || size > limit / 2) {
@@ -115,9 +115,10 @@ void large_cache_put(void *base, size_t size, const struct large_maps *m)
     unsigned n_evicted = 0;
     struct cache_entry e = { base, size, 0, *m };
     lock_take(&cache_lock);
-    /* The block was live a moment ago: live + size is a level reached. */
+    /* A freed block was live a moment ago: live + size is a level
+     * reached. (A split's tail was cached, not live.) */
     size_t live = live_large_bytes();
-    if (live + size > peak_live)
+    if (was_live && live + size > peak_live)
         peak_live = live + size;
     cache_join_neighbours(&e, limit);
     while (count && (count == LARGE_CACHE_SLOTS || bytes + e.size > limit ||
@@ -144,13 +145,20 @@ void large_cache_put(void *base, size_t size, const struct large_maps *m)
 
 /* The entry that covers `need` most closely, else the largest, of those
  * that leave at most `cuts` cuts, counting the one at its start (`join`)
- * and the one before what it leaves uncovered; -1 when there is none.
+ * and the one before what it leaves uncovered, and are not below a
+ * segment and over twice `need`; -1 when there is none.
  * Called with the lock held. */
 static int cache_pick(size_t need, unsigned cuts, bool join)
 {
     int best = -1;
     for (unsigned i = 0; i < count; i++) {
         if (join + slots[i].maps.n + (slots[i].size < need) > cuts)
+            continue;
+        /* Below a segment an entry cannot be split: more than twice the
+         * need, its resident pages would sit unused in the block. Left
+         * for a better fit (or the peak rule's eviction), bufcycle's
+         * peak went from 88.5 to 75.8 MiB at about the same speed. */
+        if (slots[i].size < SEGMENT_SIZE && slots[i].size / 2 > need)
             continue;
         if (best < 0) {
             best = (int)i;

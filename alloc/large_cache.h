@@ -33,15 +33,18 @@
 #define LARGE_CACHE_EXPIRE_MS 1000
 
 /* Takes a freed SEGMENT_SIZE-aligned mapping cut as m says: keeps it, or
- * unmaps it when it is more than half the cache. */
-HIDDEN void large_cache_put(void *base, size_t size, const struct large_maps *m);
+ * unmaps it when it is more than half the cache. was_live: a block just
+ * freed (its size counts toward the live peak), not a piece that was
+ * cached already. */
+HIDDEN void large_cache_put(void *base, size_t size, const struct large_maps *m, bool was_live);
 struct large_piece { char *base; size_t size; struct large_maps maps; };
 
 /* Takes cached mappings for a request of `size` bytes into out[]: while
  * those taken add up to less, the one that covers the rest most closely,
  * else the largest, of those that keep the glued whole (one more mapping
  * for the part none of them covers) within LARGE_MAX_MAPS kernel
- * mappings. Returns how many were taken; 0 when none could be, and their
+ * mappings, and, below a segment, at most twice what is left to cover
+ * (such an entry cannot be split). Returns how many were taken; 0 when none could be, and their
  * sizes add up to less than `size` when the cache or that bound ran out. */
 HIDDEN unsigned large_cache_take(size_t size, struct large_piece out[LARGE_MAX_MAPS]);
 /* Takes the cached mapping that starts at `base` into *out: true when

@@ -480,6 +480,33 @@ Test(large, cached_and_live_blocks_stay_within_the_live_peak)
     free(g);
 }
 
+Test(large, a_cached_block_over_twice_the_request_is_left_for_a_better_fit)
+{
+    /* A 700 KiB request does not take a cached 2 MiB block (its resident
+     * pages would sit unused in the smaller one); a 1.2 MiB one does. */
+    size_t big = 2u << 20;
+    arm_cache();
+    char *b = malloc(big);
+    cr_assert_not_null(b);
+    memset(b, 3, big);
+    free(b);
+    struct tally_stats s0 = stats();
+    char *p = malloc(700u << 10);
+    cr_assert_not_null(p);
+    cr_assert_neq(p, b, "a 700 KiB request took the 2 MiB block");
+    cr_assert_gt(stats().mmap_calls, s0.mmap_calls, "a 700 KiB request came from the cache");
+    free(p);
+    b = malloc(big);               /* the 2 MiB block, cached again */
+    cr_assert_not_null(b);
+    memset(b, 3, big);
+    free(b);
+    struct tally_stats s1 = stats();
+    char *q = malloc(1200u << 10);
+    cr_assert_not_null(q);
+    cr_assert_eq(stats().mmap_calls, s1.mmap_calls, "a 1.2 MiB request mapped afresh");
+    free(q);
+}
+
 Test(large, calloc_of_a_reused_large_block_is_zero)
 {
     for (size_t n = 1u << 20; n <= (24u << 20); n = n * 3 / 2) {
