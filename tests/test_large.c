@@ -111,13 +111,21 @@ static void arm_cache(void)
     free(malloc(100u << 20));
 }
 
+/* A block of n bytes, written and freed: where it was. */
+static char *touch_and_free(size_t n)
+{
+    char *p = malloc(n);
+    cr_assert_not_null(p);
+    memset(p, 1, n);
+    free(p);
+    return p;
+}
+
 /* Leaves one touched block of n bytes in the large cache. */
 static void cache_one(size_t n)
 {
     arm_cache();
-    char *p = malloc(n);
-    memset(p, 1, n);
-    free(p);
+    touch_and_free(n);
 }
 
 Test(large, a_freed_large_block_is_reused_warm)
@@ -486,20 +494,14 @@ Test(large, a_cached_block_over_twice_the_request_is_left_for_a_better_fit)
      * pages would sit unused in the smaller one); a 1.2 MiB one does. */
     size_t big = 2u << 20;
     arm_cache();
-    char *b = malloc(big);
-    cr_assert_not_null(b);
-    memset(b, 3, big);
-    free(b);
+    char *b = touch_and_free(big);
     struct tally_stats s0 = stats();
     char *p = malloc(700u << 10);
     cr_assert_not_null(p);
     cr_assert_neq(p, b, "a 700 KiB request took the 2 MiB block");
     cr_assert_gt(stats().mmap_calls, s0.mmap_calls, "a 700 KiB request came from the cache");
     free(p);
-    b = malloc(big);               /* the 2 MiB block, cached again */
-    cr_assert_not_null(b);
-    memset(b, 3, big);
-    free(b);
+    touch_and_free(big);           /* a 2 MiB block cached again */
     struct tally_stats s1 = stats();
     char *q = malloc(1200u << 10);
     cr_assert_not_null(q);
