@@ -1,6 +1,7 @@
 /*
  * large.c - mmap-backed blocks, their mremap-based realloc, and how a
- * request is served from the large cache (split, glued or grown).
+ * request is served from the large cache (split, glued, grown into, or
+ * moved onto).
  */
 #include "large.h"
 #include "segment.h"
@@ -254,6 +255,34 @@ static bool large_grow_into_cached(struct large_header *h, size_t old_map, size_
     return true;
 }
 
+/* Moves h, a block that must leave its mapping to grow to new_map, onto
+ * the front of the cached mapping that covers new_map: the block's pages
+ * (page tables, not bytes) replace the entry's first old_map bytes, and
+ * the entry's resident pages past them are the new part. Growing in place
+ * instead faulted in every page of the new part while the entry sat idle
+ * (bufcycle's large buffers, each grown to twice its size once). The new
+ * header, or NULL when no entry covers new_map within the cut bound; the
+ * caller untagged h. */
+static struct large_header *large_move_onto_cached(struct large_header *h, size_t old_map,
+                                                   size_t new_map, const struct large_maps *maps)
+{
+    struct large_piece pc;
+    /* The result has the block's cuts, one where it ends, and the entry's
+     * cuts past that. */
+    if (h->flags & LARGE_GUARD || h->base_align != SEGMENT_SIZE || maps->n + 2 > LARGE_MAX_MAPS ||
+        !large_cache_take_covering(new_map, LARGE_MAX_MAPS - 2 - maps->n, &pc))
+        return NULL;
+    piece_trim(&pc, new_map);
+    struct large_maps rest;
+    large_maps_split(&pc.maps, old_map, &rest);
+    os_move_into(h, old_map, pc.base, true);
+    struct large_header *n = (struct large_header *)pc.base;
+    n->maps = *maps;
+    large_maps_append(&n->maps, &rest, old_map);
+    n->map_size = pc.size;
+    return n;
+}
+
 void *large_realloc(void *p, size_t size)
 {
     struct large_header *h = large_checked(p, "realloc");
@@ -287,6 +316,14 @@ void *large_realloc(void *p, size_t size)
         large_tag(h);
         atomic_fetch_add_explicit(&live_bytes, h->map_size - old_map, memory_order_relaxed);
         return p;
+    }
+    struct large_header *moved = new_map > old_map ? large_move_onto_cached(h, old_map, new_map, &maps)
+                                                   : NULL;
+    if (moved) {
+        moved->req = size;
+        large_tag(moved);
+        atomic_fetch_add_explicit(&live_bytes, moved->map_size - old_map, memory_order_relaxed);
+        return (char *)moved + moved->offset;
     }
     size_t last = large_maps_last(&maps);
     bool split = maps.n + 1 < LARGE_MAX_MAPS && old_map / OS_PAGE <= UINT32_MAX;

@@ -197,6 +197,22 @@ unsigned large_cache_take(size_t size, struct large_piece out[LARGE_MAX_MAPS])
     return n;
 }
 
+bool large_cache_take_covering(size_t size, unsigned cuts, struct large_piece *out)
+{
+    if (!__atomic_load_n(&count, __ATOMIC_RELAXED))
+        return false;
+    bool found = false;
+    lock_take(&cache_lock);
+    int i = cache_pick(size, cuts, false);
+    if (i >= 0 && slots[i].size >= size) {
+        struct cache_entry e = cache_remove((unsigned)i);
+        *out = (struct large_piece){ e.base, e.size, e.maps };
+        found = true;
+    }
+    lock_give(&cache_lock);
+    return found;
+}
+
 bool large_cache_take_at(const void *base, struct large_piece *out)
 {
     if (!__atomic_load_n(&count, __ATOMIC_RELAXED))

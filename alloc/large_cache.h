@@ -47,6 +47,11 @@ struct large_piece { char *base; size_t size; struct large_maps maps; };
  * (such an entry cannot be split). Returns how many were taken; 0 when none could be, and their
  * sizes add up to less than `size` when the cache or that bound ran out. */
 HIDDEN unsigned large_cache_take(size_t size, struct large_piece out[LARGE_MAX_MAPS]);
+/* Takes the cached mapping that covers `size` bytes most closely into
+ * *out, whole (no gluing), of those with at most `cuts` cuts (and, below
+ * a segment, at most twice `size`): true when there is one (a block
+ * about to grow onto it: large.c). */
+HIDDEN bool large_cache_take_covering(size_t size, unsigned cuts, struct large_piece *out);
 /* Takes the cached mapping that starts at `base` into *out: true when
  * there is one (a block about to grow into it: large.c). */
 HIDDEN bool large_cache_take_at(const void *base, struct large_piece *out);

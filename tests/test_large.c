@@ -509,6 +509,34 @@ Test(large, a_cached_block_over_twice_the_request_is_left_for_a_better_fit)
     free(q);
 }
 
+Test(large, a_block_that_outgrows_its_mapping_moves_onto_a_warm_cached_one)
+{
+    /* A live 700 KiB block grown to 1.5 MiB while a written 2 MiB block
+     * waits in the cache: its pages move onto the cached mapping's front,
+     * and the grown part is the cached block's resident pages (growing in
+     * place faulted in all 200 of them). */
+    size_t a_size = 2u << 20, b_size = 700u << 10, grown = 1536u << 10;
+    arm_cache();
+    unsigned char *a = malloc(a_size);
+    unsigned char *b = malloc(b_size);
+    cr_assert(a && b);
+    memset(a, 1, a_size);
+    for (size_t i = 0; i < b_size; i++)
+        b[i] = (unsigned char)(i * 13);
+    free(a);
+    unsigned char *r = realloc(b, grown);
+    cr_assert_not_null(r);
+    long f0 = minor_faults();
+    memset(r + b_size, 2, grown - b_size);
+    long faults = minor_faults() - f0;
+    cr_assert_eq(r, a, "the grown block did not move onto the cached one (%p, cached %p)",
+                 (void *)r, (void *)a);
+    cr_assert_lt(faults, 20, "the grown part faulted %ld times", faults);
+    for (size_t i = 0; i < b_size; i++)
+        cr_assert_eq(r[i], (unsigned char)(i * 13), "byte %zu", i);
+    free(r);
+}
+
 Test(large, calloc_of_a_reused_large_block_is_zero)
 {
     for (size_t n = 1u << 20; n <= (24u << 20); n = n * 3 / 2) {
