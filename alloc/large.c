@@ -181,8 +181,7 @@ void *large_alloc(size_t size, size_t align, size_t front, unsigned flags)
     large_tag(h);
     atomic_fetch_add_explicit(&live_count, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&live_bytes, map_size, memory_order_relaxed);
-    if (!warm)
-        large_cache_fit_live();
+    large_cache_fit_live();   /* a fresh mapping, or a glued one's fresh part */
     return (char *)h + offset;
 }
 
@@ -283,6 +282,21 @@ static struct large_header *large_move_onto_cached(struct large_header *h, size_
     return n;
 }
 
+/* The end of every large_realloc that resized: n, whose mapping was
+ * old_map bytes and is n->map_size now, holds `size` bytes asked; it is
+ * tagged again and counted, and when it grew the cache keeps the peak
+ * rule (large_cache_fit_live). */
+static void *large_resized(struct large_header *n, size_t old_map, size_t size)
+{
+    n->req = size;
+    large_tag(n);
+    /* Modular: a shrink subtracts. */
+    atomic_fetch_add_explicit(&live_bytes, n->map_size - old_map, memory_order_relaxed);
+    if (n->map_size > old_map)
+        large_cache_fit_live();
+    return (char *)n + n->offset;
+}
+
 void *large_realloc(void *p, size_t size)
 {
     struct large_header *h = large_checked(p, "realloc");
@@ -311,19 +325,14 @@ void *large_realloc(void *p, size_t size)
      * part is one more mapping, or, when that would pass LARGE_MAX_MAPS,
      * copies the block into a single one. */
     struct large_maps maps = h->maps;
-    if (new_map > old_map && large_grow_into_cached(h, old_map, new_map, &maps)) {
-        h->req = size;
-        large_tag(h);
-        atomic_fetch_add_explicit(&live_bytes, h->map_size - old_map, memory_order_relaxed);
-        return p;
-    }
-    struct large_header *moved = new_map > old_map ? large_move_onto_cached(h, old_map, new_map, &maps)
-                                                   : NULL;
-    if (moved) {
-        moved->req = size;
-        large_tag(moved);
-        atomic_fetch_add_explicit(&live_bytes, moved->map_size - old_map, memory_order_relaxed);
-        return (char *)moved + moved->offset;
+    if (new_map > old_map) {
+        /* Cached pages first: the mapping right behind the block, else
+         * one that covers the new size. */
+        struct large_header *c = large_grow_into_cached(h, old_map, new_map, &maps)
+                                     ? h
+                                     : large_move_onto_cached(h, old_map, new_map, &maps);
+        if (c)
+            return large_resized(c, old_map, size);
     }
     size_t last = large_maps_last(&maps);
     bool split = maps.n + 1 < LARGE_MAX_MAPS && old_map / OS_PAGE <= UINT32_MAX;
@@ -350,12 +359,7 @@ void *large_realloc(void *p, size_t size)
     }
     n->maps = maps;
     n->map_size = new_map;
-    n->req = size;
-    large_tag(n);
-    atomic_fetch_add_explicit(&live_bytes, new_map - old_map, memory_order_relaxed);
-    if (new_map > old_map)
-        large_cache_fit_live();
-    return (char *)n + n->offset;
+    return large_resized(n, old_map, size);
 }
 
 size_t large_usable_size(const void *p, const char *func)

@@ -55,6 +55,20 @@ static size_t live_large_bytes(void)
     return (size_t)bytes;
 }
 
+/* The peak rule (large_cache.h), broken once `adding` more bytes are
+ * cached while `live` are live. Called with the lock held. */
+static bool over_peak(size_t adding, size_t live)
+{
+    return bytes + adding + live > peak_live;
+}
+
+/* What an eviction or expiry removed under the lock, unmapped after it. */
+static void unmap_ranges(const struct os_range *r, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        os_unmap(r[i].p, r[i].size);
+}
+
 /* Whether hi starts where lo ends and the two can be one entry: at most
  * LARGE_MAX_MAPS kernel mappings (the boundary counts as a cut: after a
  * move the kernel keeps the two apart), at most half the cache, and cuts
@@ -122,7 +136,7 @@ void large_cache_put(void *base, size_t size, const struct large_maps *m, bool w
         peak_live = live + size;
     cache_join_neighbours(&e, limit);
     while (count && (count == LARGE_CACHE_SLOTS || bytes + e.size > limit ||
-                     bytes + e.size + live > peak_live))
+                     over_peak(e.size, live)))
         evicted[n_evicted++] = cache_remove_range(0);
     if (e.size < SEGMENT_SIZE) {
         /* The oldest of the entries below a segment, when they are many. */
@@ -138,8 +152,7 @@ void large_cache_put(void *base, size_t size, const struct large_maps *m, bool w
     __atomic_store_n(&count, count + 1, __ATOMIC_RELAXED);
     bytes += e.size;
     lock_give(&cache_lock);
-    for (unsigned i = 0; i < n_evicted; i++)
-        os_unmap(evicted[i].p, evicted[i].size);
+    unmap_ranges(evicted, n_evicted);
     background_poke();          /* it expires the entry if nobody else does */
 }
 
@@ -244,11 +257,10 @@ void large_cache_fit_live(void)
     size_t live = live_large_bytes();
     if (live > peak_live)
         peak_live = live;
-    while (count && bytes + live > peak_live)
+    while (count && over_peak(0, live))
         evicted[n++] = cache_remove_range(0);
     lock_give(&cache_lock);
-    for (unsigned i = 0; i < n; i++)
-        os_unmap(evicted[i].p, evicted[i].size);
+    unmap_ranges(evicted, n);
 }
 
 static void cache_disarm(void)
@@ -278,8 +290,7 @@ bool large_cache_expire(bool all)
         cache_disarm();
     }
     lock_give(&cache_lock);
-    for (unsigned i = 0; i < n; i++)
-        os_unmap(expired[i].p, expired[i].size);
+    unmap_ranges(expired, n);
     return n > 0;
 }
 

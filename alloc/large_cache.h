@@ -44,8 +44,9 @@ struct large_piece { char *base; size_t size; struct large_maps maps; };
  * else the largest, of those that keep the glued whole (one more mapping
  * for the part none of them covers) within LARGE_MAX_MAPS kernel
  * mappings, and, below a segment, at most twice what is left to cover
- * (such an entry cannot be split). Returns how many were taken; 0 when none could be, and their
- * sizes add up to less than `size` when the cache or that bound ran out. */
+ * (such an entry cannot be split). Returns how many were taken; 0 when
+ * none could be, and their sizes add up to less than `size` when the
+ * cache or that bound ran out. */
 HIDDEN unsigned large_cache_take(size_t size, struct large_piece out[LARGE_MAX_MAPS]);
 /* Takes the cached mapping that covers `size` bytes most closely into
  * *out, whole (no gluing), of those with at most `cuts` cuts (and, below
@@ -61,8 +62,9 @@ HIDDEN bool large_cache_take_at(const void *base, struct large_piece *out);
  * take above their own peak. Blocks of sizes that differ round to round
  * leave entries no request fits; without the rule they sat resident
  * beside the fresh mappings made instead, up to the byte limit. Called
- * after large blocks grew (a fresh mapping, a growing realloc): evicts
- * the oldest entries until the rule holds. */
+ * after every large allocation and growing realloc (one relaxed load
+ * when the cache is empty): evicts the oldest entries until the rule
+ * holds. */
 HIDDEN void large_cache_fit_live(void);
 /* Unmaps entries unused for LARGE_CACHE_EXPIRE_MS, or all of them; true
  * when it unmapped any. All of them too when the OS refuses a request
