@@ -255,13 +255,22 @@ static bool large_grow_into_cached(struct large_header *h, size_t old_map, size_
 }
 
 /* Moves h, a block that must leave its mapping to grow to new_map, onto
- * the front of the cached mapping that covers new_map: the block's pages
- * (page tables, not bytes) replace the entry's first old_map bytes, and
- * the entry's resident pages past them are the new part. Growing in place
- * instead faulted in every page of the new part while the entry sat idle
- * (bufcycle's large buffers, each grown to twice its size once). The new
- * header, or NULL when no entry covers new_map within the cut bound; the
- * caller untagged h. */
+ * the front of the cached mapping that covers new_map, whose resident
+ * pages past the block's are the new part. Growing in place instead
+ * faulted in every page of the new part while the entry sat idle
+ * (bufcycle's large buffers, each grown to twice its size once).
+ * - Below a segment the block is copied onto the entry's front, and its
+ *   own mapping, resident, goes into the cache: moving its pages there
+ *   (page tables, not bytes) would unmap the entry's front pages, and a
+ *   block that small sits alone in its segment-aligned range, so nothing
+ *   else gives the cache a block of its size back. bufcycle's batches
+ *   then took more blocks than the last one freed and mapped the rest
+ *   afresh (0.74 -> 0.58 s, 9,191 -> 7,821 faults a round; the copies
+ *   are about 15 MiB of its 30 MiB a round of fresh pages).
+ * - From a segment up the pages move: a copy costs more, and such a
+ *   block glues with its neighbours in the cache anyway.
+ * The new header, or NULL when no entry covers new_map within the cut
+ * bound; the caller untagged h. */
 static struct large_header *large_move_onto_cached(struct large_header *h, size_t old_map,
                                                    size_t new_map, const struct large_maps *maps)
 {
@@ -272,6 +281,14 @@ static struct large_header *large_move_onto_cached(struct large_header *h, size_
         !large_cache_take_covering(new_map, LARGE_MAX_MAPS - 2 - maps->n, &pc))
         return NULL;
     piece_trim(&pc, new_map);
+    if (old_map < SEGMENT_SIZE) {
+        struct large_header *n = (struct large_header *)pc.base;
+        memcpy(n, h, old_map);
+        n->maps = pc.maps;
+        n->map_size = pc.size;
+        large_cache_put(h, old_map, maps, false);
+        return n;
+    }
     struct large_maps rest;
     large_maps_split(&pc.maps, old_map, &rest);
     os_move_into(h, old_map, pc.base, true);
