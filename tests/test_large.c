@@ -102,6 +102,34 @@ Test(large, calloc_of_large_is_zero_and_usable_size_is_mapped_size)
     free(p);
 }
 
+Test(large, a_block_above_a_segment_maps_whole_segments)
+{
+    /* 7 MiB and 15 MiB + 1 end on a 4 MiB boundary: fresh mappings start
+     * aligned without an over-map, and freed neighbours abut in the cache.
+     * 3 MiB (below a segment) and 5 MiB (a quarter short of 8) keep their
+     * own size: rounding them would charge up to twice as much to the
+     * commit limit. Each comes before the cache holds a segment to give. */
+    size_t seg = 4u << 20;
+    size_t whole[] = { 7u << 20, (15u << 20) + 1 }, exact[] = { 3u << 20, 5u << 20 };
+    for (unsigned i = 0; i < 2; i++) {
+        char *q = malloc(exact[i]);
+        cr_assert_not_null(q);
+        cr_assert_lt(malloc_usable_size(q), exact[i] + 8192, "%zu bytes were rounded up",
+                     exact[i]);
+        free(q);
+    }
+    for (unsigned i = 0; i < 2; i++) {
+        char *p = malloc(whole[i]);
+        cr_assert_not_null(p);
+        size_t u = malloc_usable_size(p);
+        cr_assert_geq(u, whole[i]);
+        cr_assert_eq(((uintptr_t)p + u) % seg, 0, "a %zu-byte block ends at %p + %zu",
+                     whole[i], (void *)p, u);
+        memset(p, 1, whole[i]);
+        free(p);
+    }
+}
+
 /* The cache keeps freed blocks only once a large request has followed a
  * large free. This shows it one with a block too big to keep (over half
  * of large_cache), which goes back to the kernel either way. */
