@@ -249,9 +249,9 @@ void large_free(void *p, const char *func)
  * touched are resident (a buffer grown by doubling took the cached tail
  * of its own last round's block, which sat in the way of growing in
  * place, and faulted in fresh pages past it instead). What lies past
- * the segment boundary beyond new_map stays cached (piece_trim). True
- * when it did; the
- * caller untagged h. */
+ * the segment boundary beyond new_map, or beyond twice old_map when that
+ * is more, stays cached (piece_trim). True when it did; the caller
+ * untagged h. */
 static bool large_grow_into_cached(struct large_header *h, size_t old_map, size_t new_map,
                                    struct large_maps *maps)
 {
@@ -263,7 +263,13 @@ static bool large_grow_into_cached(struct large_header *h, size_t old_map, size_
         large_cache_put(pc.base, pc.size, &pc.maps, false);
         return false;
     }
-    piece_trim(&pc, new_map - old_map);
+    /* At least double: each split is a cut, and a block growing 1 MiB a
+     * step into a cached 64 MiB neighbour ran out of them at the 16th
+     * step and moved into fresh pages while the rest of the neighbour sat
+     * cached (realloc-M's 64 MiB of faults a round); doubling splits it
+     * a handful of times. */
+    size_t take = new_map > 2 * old_map ? new_map : 2 * old_map;
+    piece_trim(&pc, take - old_map);
     large_maps_append(maps, &pc.maps, old_map);
     h->maps = *maps;
     h->map_size = old_map + pc.size;

@@ -117,7 +117,7 @@ static void cache_join_neighbours(struct cache_entry *e, size_t limit)
 void large_cache_put(void *base, size_t size, const struct large_maps *m, bool was_live)
 {
     size_t limit = init_large_cache_bytes();
-    if (!__atomic_load_n(&armed, __ATOMIC_RELAXED) || size > limit / 2) {
+    if (!__atomic_load_n(&armed, __ATOMIC_RELAXED) || size > limit) {
         __atomic_store_n(&freed_one, true, __ATOMIC_RELAXED);
         os_unmap(base, size);
         return;

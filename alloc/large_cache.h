@@ -33,7 +33,10 @@
 #define LARGE_CACHE_EXPIRE_MS 1000
 
 /* Takes a freed SEGMENT_SIZE-aligned mapping cut as m says: keeps it, or
- * unmaps it when it is more than half the cache. was_live: a block just
+ * unmaps it when it is more than the whole cache (the peak rule keeps a
+ * block freed after its growth from raising the peak; realloc-M's 64 MiB
+ * block, unmapped at over half of it, was faulted in again every round
+ * where tcmalloc keeps it). was_live: a block just
  * freed (its size counts toward the live peak), not a piece that was
  * cached already. */
 HIDDEN void large_cache_put(void *base, size_t size, const struct large_maps *m, bool was_live);

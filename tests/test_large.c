@@ -14,6 +14,11 @@ static struct tally_stats stats(void)
     return s;
 }
 
+/* Over the large cache's default limit (128 MiB): never kept. */
+#define TOO_BIG_TO_CACHE (136u << 20)
+
+static void arm_cache(void);
+
 Test(large, growing_a_written_64MiB_block_does_not_copy_it)
 {
     size_t n = 64u << 20;
@@ -45,6 +50,33 @@ Test(large, untouched_growth_1_to_64MiB_faults_almost_nothing)
     free(p);
     long taken = minor_faults() - faults;
     cr_assert_lt(taken, 200, "growth took %ld page faults", taken);
+}
+
+Test(large, a_block_grown_again_into_its_cached_last_round_faults_little)
+{
+    /* realloc-M's round: a buffer grown 1 MiB a step to 64 MiB, written,
+     * freed, and grown again. The freed 64 MiB stays cached (half the
+     * limit unmapped it), and the next round's steps grow into it,
+     * doubling, so its cuts last (one cut a step ran out at 16 MiB and
+     * moved into fresh pages): 16,384 faults a round before. */
+    arm_cache();
+    long faults = 0;
+    for (int round = 0; round < 2; round++) {
+        long f0 = minor_faults();
+        char *p = NULL;
+        size_t have = 0;
+        for (size_t mib = 1; mib <= 64; mib++) {
+            p = realloc(p, mib << 20);
+            cr_assert_not_null(p);
+            memset(p + have, (int)mib, (mib << 20) - have);
+            have = mib << 20;
+        }
+        cr_assert_eq(p[0], 1);
+        cr_assert_eq(p[have - 1], 64);
+        free(p);
+        faults = minor_faults() - f0;
+    }
+    cr_assert_lt(faults, 1024, "the second round took %ld faults", faults);
 }
 
 Test(large, a_growing_block_stays_one_mapping)
@@ -81,7 +113,8 @@ Test(large, shrinking_gives_pages_back)
 
 Test(large, free_of_a_block_too_big_to_cache_unmaps_at_once)
 {
-    size_t n = 96u << 20;
+    arm_cache();
+    size_t n = TOO_BIG_TO_CACHE;
     unsigned char *p = malloc(n);
     memset(p, 1, n);
     long rss_full = rss_kib();
@@ -131,12 +164,12 @@ Test(large, a_block_above_a_segment_maps_whole_segments)
 }
 
 /* The cache keeps freed blocks only once a large request has followed a
- * large free. This shows it one with a block too big to keep (over half
- * of large_cache), which goes back to the kernel either way. */
+ * large free. This shows it one with a block too big to keep (over the
+ * large_cache limit), which goes back to the kernel either way. */
 static void arm_cache(void)
 {
-    free(malloc(100u << 20));
-    free(malloc(100u << 20));
+    free(malloc(TOO_BIG_TO_CACHE));
+    free(malloc(TOO_BIG_TO_CACHE));
 }
 
 /* A block of n bytes, written and freed: where it was. */
