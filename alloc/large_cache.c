@@ -71,14 +71,15 @@ static void unmap_ranges(const struct os_range *r, unsigned n)
 
 /* Whether hi starts where lo ends and the two can be one entry: at most
  * LARGE_MAX_MAPS kernel mappings (the boundary counts as a cut: after a
- * move the kernel keeps the two apart), at most half the cache, and cuts
- * that fit their 32-bit page counts. */
+ * move the kernel keeps the two apart), at most the whole cache (the
+ * most large_cache_put keeps of one block), and cuts that fit their
+ * 32-bit page counts. */
 static bool cache_joinable(const struct cache_entry *lo, const struct cache_entry *hi,
                            size_t limit)
 {
     size_t sum = lo->size + hi->size;
     return (char *)lo->base + lo->size == (char *)hi->base &&
-           lo->maps.n + 1 + hi->maps.n <= LARGE_MAX_MAPS - 1 && sum <= limit / 2 &&
+           lo->maps.n + 1 + hi->maps.n <= LARGE_MAX_MAPS - 1 && sum <= limit &&
            sum / OS_PAGE <= UINT32_MAX;
 }
 
