@@ -289,8 +289,9 @@ static bool large_grow_into_cached(struct large_header *h, size_t old_map, size_
  *   then took more blocks than the last one freed and mapped the rest
  *   afresh (0.73 -> 0.61 s, 9,191 -> 7,821 faults a round; a copy costs
  *   0.3 us a page, a fault 11.5 us on the Dec 4 guest).
- * - From a segment up the pages move: a copy costs more, and such a
- *   block glues with its neighbours in the cache anyway.
+ * - From a segment up the pages still move: copying them too measured
+ *   no different on the suite (bufgrow, realloc-M), and such a block
+ *   joins or glues with its neighbours in the cache anyway.
  * The new header, or NULL when no entry covers new_map within the cut
  * bound; the caller untagged h. */
 static struct large_header *large_move_onto_cached(struct large_header *h, size_t old_map,
