@@ -48,6 +48,13 @@ static struct os_range cache_remove_range(unsigned i)
     return (struct os_range){ e.base, e.size };
 }
 
+/* Entry i, removed, as the piece a request takes. */
+static struct large_piece cache_remove_piece(unsigned i)
+{
+    struct cache_entry e = cache_remove(i);
+    return (struct large_piece){ e.base, e.size, e.maps };
+}
+
 static size_t live_large_bytes(void)
 {
     uint64_t n, bytes;
@@ -202,45 +209,43 @@ unsigned large_cache_take(size_t size, struct large_piece out[LARGE_MAX_MAPS])
         int i = cache_pick(size - got, LARGE_MAX_MAPS - 1 - cuts, n > 0);
         if (i < 0)
             break;
-        struct cache_entry e = cache_remove((unsigned)i);
-        out[n++] = (struct large_piece){ e.base, e.size, e.maps };
-        cuts += (n > 1) + e.maps.n;
-        got += e.size;
+        out[n] = cache_remove_piece((unsigned)i);
+        cuts += (n > 0) + out[n].maps.n;
+        got += out[n++].size;
     }
     lock_give(&cache_lock);
     return n;
+}
+
+/* The end of a single take: entry i (none when negative) removed into
+ * *out, and the lock the caller took given back. Whether there was one. */
+static bool cache_hand_out(int i, struct large_piece *out)
+{
+    if (i >= 0)
+        *out = cache_remove_piece((unsigned)i);
+    lock_give(&cache_lock);
+    return i >= 0;
 }
 
 bool large_cache_take_covering(size_t size, unsigned cuts, struct large_piece *out)
 {
     if (!__atomic_load_n(&count, __ATOMIC_RELAXED))
         return false;
-    bool found = false;
     lock_take(&cache_lock);
     int i = cache_pick(size, cuts, false);
-    if (i >= 0 && slots[i].size >= size) {
-        struct cache_entry e = cache_remove((unsigned)i);
-        *out = (struct large_piece){ e.base, e.size, e.maps };
-        found = true;
-    }
-    lock_give(&cache_lock);
-    return found;
+    return cache_hand_out(i >= 0 && slots[i].size >= size ? i : -1, out);
 }
 
 bool large_cache_take_at(const void *base, struct large_piece *out)
 {
     if (!__atomic_load_n(&count, __ATOMIC_RELAXED))
         return false;
-    bool found = false;
     lock_take(&cache_lock);
-    for (unsigned i = 0; i < count && !found; i++)
-        if (slots[i].base == base) {
-            struct cache_entry e = cache_remove(i);
-            *out = (struct large_piece){ e.base, e.size, e.maps };
-            found = true;
-        }
-    lock_give(&cache_lock);
-    return found;
+    int at = -1;
+    for (unsigned i = 0; i < count && at < 0; i++)
+        if (slots[i].base == base)
+            at = (int)i;
+    return cache_hand_out(at, out);
 }
 
 bool large_cache_holds(void)

@@ -570,56 +570,59 @@ Test(large, a_cached_block_over_twice_the_request_is_left_for_a_better_fit)
     free(q);
 }
 
-Test(large, a_block_that_outgrows_its_mapping_moves_onto_a_warm_cached_one)
+/* A live 700 KiB block grown to 1.5 MiB while a written 2 MiB block
+ * waits in the cache; the block's bytes are i * 13. Returns the grown
+ * block, which must have landed on the cached one, and *left is where the
+ * block was. */
+#define ONTO_CACHED (2u << 20)
+#define ONTO_OLD    (700u << 10)
+#define ONTO_GROWN  (1536u << 10)
+
+static unsigned char *grow_onto_cached(unsigned char **left)
 {
-    /* A live 700 KiB block grown to 1.5 MiB while a written 2 MiB block
-     * waits in the cache: it lands on the cached mapping's front, and the
-     * grown part is the cached block's resident pages (growing in place
-     * faulted in all 200 of them). */
-    size_t a_size = 2u << 20, b_size = 700u << 10, grown = 1536u << 10;
     arm_cache();
-    unsigned char *a = malloc(a_size);
-    unsigned char *b = malloc(b_size);
+    unsigned char *a = malloc(ONTO_CACHED), *b = malloc(ONTO_OLD);
     cr_assert(a && b);
-    memset(a, 1, a_size);
-    for (size_t i = 0; i < b_size; i++)
+    memset(a, 1, ONTO_CACHED);
+    for (size_t i = 0; i < ONTO_OLD; i++)
         b[i] = (unsigned char)(i * 13);
     free(a);
-    unsigned char *r = realloc(b, grown);
+    unsigned char *r = realloc(b, ONTO_GROWN);
     cr_assert_not_null(r);
-    long f0 = minor_faults();
-    memset(r + b_size, 2, grown - b_size);
-    long faults = minor_faults() - f0;
-    cr_assert_eq(r, a, "the grown block did not move onto the cached one (%p, cached %p)",
+    cr_assert_eq(r, a, "the grown block did not land on the cached one (%p, cached %p)",
                  (void *)r, (void *)a);
+    *left = b;
+    return r;
+}
+
+Test(large, a_block_that_outgrows_its_mapping_moves_onto_a_warm_cached_one)
+{
+    /* The grown part is the cached block's resident pages (growing in
+     * place faulted in all 200 of them). */
+    unsigned char *left, *r = grow_onto_cached(&left);
+    long f0 = minor_faults();
+    memset(r + ONTO_OLD, 2, ONTO_GROWN - ONTO_OLD);
+    long faults = minor_faults() - f0;
     cr_assert_lt(faults, 20, "the grown part faulted %ld times", faults);
-    for (size_t i = 0; i < b_size; i++)
+    for (size_t i = 0; i < ONTO_OLD; i++)
         cr_assert_eq(r[i], (unsigned char)(i * 13), "byte %zu", i);
     free(r);
 }
 
 Test(large, the_mapping_a_block_grew_out_of_is_cached_warm)
 {
-    /* The same growth: the 700 KiB block is copied onto the cached 2 MiB
-     * block, and its own written mapping takes that one's place in the
-     * cache, so the next 700 KiB request gets it back with no faults
-     * (moving its pages instead unmapped the cached block's front, and a
-     * batch of such buffers mapped afresh what it grew out of). */
-    size_t a_size = 2u << 20, b_size = 700u << 10, grown = 1536u << 10;
-    arm_cache();
-    char *a = malloc(a_size), *b = malloc(b_size);
-    cr_assert(a && b);
-    memset(a, 1, a_size);
-    memset(b, 3, b_size);
-    free(a);
-    char *r = realloc(b, grown);
-    cr_assert_eq(r, a, "the grown block did not land on the cached one");
+    /* The 700 KiB block is copied onto the cached 2 MiB block, and its own
+     * written mapping takes that one's place in the cache, so the next 700
+     * KiB request gets it back with no faults (moving its pages instead
+     * unmapped the cached block's front, and a batch of such buffers
+     * mapped afresh what it grew out of). */
+    unsigned char *left, *r = grow_onto_cached(&left);
     struct tally_stats s0 = stats();
-    char *c = malloc(b_size);
-    cr_assert_eq(c, b, "a 700 KiB request did not get the mapping left behind (%p, left %p)",
-                 (void *)c, (void *)b);
+    unsigned char *c = malloc(ONTO_OLD);
+    cr_assert_eq(c, left, "a 700 KiB request did not get the mapping left behind (%p, left %p)",
+                 (void *)c, (void *)left);
     long f0 = minor_faults();
-    memset(c, 4, b_size);
+    memset(c, 4, ONTO_OLD);
     long faults = minor_faults() - f0;
     cr_assert_lt(faults, 20, "the mapping left behind faulted %ld times", faults);
     cr_assert_eq(stats().mmap_calls, s0.mmap_calls, "the request mapped afresh");
