@@ -345,6 +345,10 @@ void *large_realloc(void *p, size_t size)
         return NULL;
     size_t guard = h->flags & LARGE_GUARD ? OS_PAGE : 0;
     size_t old_map = h->map_size;
+    /* Page-rounded, not whole segments as large_alloc's: a step rounded
+     * up to the next segment asks for more free address space behind the
+     * block, and a glued block growing 1 MiB a step then moved its pieces
+     * instead of growing its last mapping in place. */
     size_t new_map = align_up(h->offset + size, OS_PAGE) + guard;
     /* A request that grows stays where it fits: the mapping can be bigger
      * than the last one asked (the cache hands out whole segments), and
