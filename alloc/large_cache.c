@@ -21,10 +21,15 @@ static unsigned count;
 static size_t bytes;
 /* The cache keeps blocks only once the program has shown it reuses them:
  * a large request that came after a large free arms it (glibc's moving
- * mmap threshold reads the same sign). Until then a freed block goes back
- * at once, so a one-off buffer (qsort's temporary, a file read whole)
- * does not stay resident beside everything the program touches after it.
- * A cache emptied by age or malloc_trim disarms again. */
+ * mmap threshold reads the same sign), and so does a second large free.
+ * Until then a freed block goes back at once, so a one-off buffer
+ * (qsort's temporary, a file read whole) does not stay resident beside
+ * everything the program touches after it. A batch of buffers freed
+ * together (a server's round of requests) is kept from its second block
+ * on: armed by requests only, the whole first batch was unmapped and the
+ * next round faulted it in again (bufcycle: 16,700 faults in the second
+ * round as in the first, against tcmalloc's 350). A cache emptied by age
+ * or malloc_trim disarms again. */
 static bool freed_one, armed;
 /* The most bytes live large blocks have held since the cache last
  * emptied (large_cache_fit_live), under the lock. */
@@ -125,8 +130,10 @@ static void cache_join_neighbours(struct cache_entry *e, size_t limit)
 void large_cache_put(void *base, size_t size, const struct large_maps *m, bool was_live)
 {
     size_t limit = init_large_cache_bytes();
+    if (!__atomic_load_n(&armed, __ATOMIC_RELAXED) &&
+        __atomic_exchange_n(&freed_one, true, __ATOMIC_RELAXED) && size <= limit)
+        __atomic_store_n(&armed, true, __ATOMIC_RELAXED);     /* a second free */
     if (!__atomic_load_n(&armed, __ATOMIC_RELAXED) || size > limit) {
-        __atomic_store_n(&freed_one, true, __ATOMIC_RELAXED);
         os_unmap(base, size);
         return;
     }

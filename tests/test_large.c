@@ -701,6 +701,26 @@ Test(large, a_large_request_after_a_large_free_arms_the_cache)
     cr_assert_geq(kept_after_free(n), n, "the second large block freed was not kept");
 }
 
+Test(large, a_second_large_free_arms_the_cache)
+{
+    /* A batch of buffers freed together (a server's round of requests):
+     * the first goes back, the next stays for the next batch to reuse. */
+    size_t n = 8u << 20;
+    char *a = malloc(n), *b = malloc(n);
+    cr_assert(a && b);
+    memset(a, 1, n);
+    memset(b, 1, n);
+    uint64_t before = stats().mapped_bytes;
+    free(a);
+    uint64_t after_first = stats().mapped_bytes;
+    cr_assert_leq(after_first + n, before, "the first large block freed stayed mapped");
+    free(b);
+    cr_assert_eq(stats().mapped_bytes, after_first, "the second large block freed was not kept");
+    char *c = malloc(n);
+    cr_assert_eq(c, b, "the next request did not take the kept block");
+    free(c);
+}
+
 Test(large, malloc_trim_disarms_the_cache)
 {
     size_t n = 8u << 20;
