@@ -8,8 +8,9 @@
  * the address space, and large.c splits, glues and grows them with mremap
  * to fit the next request. They are unmapped once unused for
  * LARGE_CACHE_EXPIRE_MS or on malloc_trim. The cache keeps nothing until a
- * large request has followed a large free, and forgets that once emptied
- * by age or malloc_trim: a one-off buffer goes straight back.
+ * large request has followed a large free, or a second large free came,
+ * and forgets that once emptied by age or malloc_trim: a one-off buffer
+ * goes straight back.
  * Bounded by the large_cache option (bytes), so the RSS it holds is too.
  */
 #ifndef TALLY_LARGE_CACHE_H
