@@ -131,7 +131,7 @@ void large_cache_put(void *base, size_t size, const struct large_maps *m, bool w
 {
     size_t limit = init_large_cache_bytes();
     if (!__atomic_load_n(&armed, __ATOMIC_RELAXED) &&
-        __atomic_exchange_n(&freed_one, true, __ATOMIC_RELAXED) && size <= limit)
+        __atomic_exchange_n(&freed_one, true, __ATOMIC_RELAXED))
         __atomic_store_n(&armed, true, __ATOMIC_RELAXED);     /* a second free */
     if (!__atomic_load_n(&armed, __ATOMIC_RELAXED) || size > limit) {
         os_unmap(base, size);
