@@ -15,6 +15,7 @@
 #include "background.h"
 #include "heap.h"
 #include "large_cache.h"
+#include "span.h"
 #include "os.h"
 #include "../instrument/options.h"
 
@@ -73,7 +74,7 @@ static void *bg_main(void *arg)
          * empty large cache: an entry put while it dozed woke it (the
          * poke) before the entry expired, and kept it for a whole doze
          * (10 s) had the pass that found it too young counted as idle. */
-        bool settled = !gave && !large_cache_holds() && newest == seen_sweep &&
+        bool settled = !gave && !large_cache_holds() && !span_holds() && newest == seen_sweep &&
                        now >= newest + heap_idle_ms();
         if (!settled)
             sleep_ms = period;

@@ -18,6 +18,7 @@
 #include "diag.h"
 #include "init.h"
 #include "large_cache.h"
+#include "span.h"
 #include "remote.h"
 #include "background.h"
 #include "../instrument/hooks.h"
@@ -350,6 +351,7 @@ static void heap_sweep(struct heap *h, uint64_t now)
     h->next_collect_ms = now + (interval ? interval : 1);
     heap_tidy_abandoned(now);
     large_cache_expire(false);
+    span_expire(false);
     background_poke();
 }
 

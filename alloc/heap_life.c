@@ -11,6 +11,7 @@
 #include "os.h"
 #include "init.h"
 #include "large_cache.h"
+#include "span.h"
 #include "remote.h"
 #include "lock.h"
 
@@ -249,6 +250,7 @@ uint64_t heap_background_pass(uint64_t now, bool *gave)
     os_counters_read(&before);
     uint64_t newest = heap_tidy_process(now, init_purge_delay_ms(), heap_idle_ms(), false);
     large_cache_expire(false);
+    span_expire(false);
     *gave = gave_back_since(&before);
     return newest;
 }
@@ -293,6 +295,7 @@ bool heap_trim(void)
     heap_tidy_process(now, 0, 0, true);
     segment_cache_release();
     large_cache_expire(true);
+    span_expire(true);
     return gave_back_since(&before);
 }
 

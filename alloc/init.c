@@ -15,6 +15,7 @@
 #include "sizeclass.h"
 #include "segment.h"
 #include "large_cache.h"
+#include "span.h"
 #include "lock.h"
 #include "background.h"
 #include "../instrument/options.h"
@@ -29,13 +30,14 @@ static _Atomic int init_state;
 static __thread bool tls_initializing TLS_IE;
 
 /* Every allocator lock is taken around fork(), in one order: the
- * instrumentation's (debug, timing), the large cache, then the heaps'
- * (shared heaps, pool, segments). Other libraries' handlers that run
+ * instrumentation's (debug, timing), the large cache, the span segments,
+ * then the heaps' (shared heaps, pool, segments). Other libraries' handlers that run
  * while they are held may allocate (lock.h). */
 static void init_fork_prepare(void)
 {
     hooks_fork_prepare();
     large_cache_fork_prepare();
+    span_fork_prepare();
     heap_fork_prepare();
     lock_held_for_fork = true;
 }
@@ -44,6 +46,7 @@ static void init_fork_parent(void)
 {
     lock_held_for_fork = false;
     heap_fork_parent();
+    span_fork_parent();
     large_cache_fork_parent();
     hooks_fork_parent();
 }
@@ -53,6 +56,7 @@ static void init_fork_child(void)
     lock_held_for_fork = false;
     heap_fork_child();
     large_cache_fork_child();
+    span_fork_child();
     background_fork_child();
     hooks_fork_child();
 }
@@ -93,6 +97,14 @@ __attribute__((constructor(101))) static void init_at_load(void)
 uint64_t init_purge_delay_ms(void) { return option(OPT_PURGE_DELAY); }
 
 bool init_secure(void) { return option(OPT_SECURE) != 0; }
+
+size_t init_large_from(void)
+{
+    size_t t = init_mmap_threshold();
+    return t > SPAN_MIN && span_gate() && !init_secure() ? SPAN_MIN : t;
+}
+
+void init_lanes_changed(void) { hooks_lanes_update(); }
 
 size_t init_large_cache_bytes(void) { return (size_t)option(OPT_LARGE_CACHE); }
 

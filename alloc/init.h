@@ -23,6 +23,13 @@ static inline size_t init_mmap_threshold(void)
     return t < SMALL_MAX ? SMALL_MAX : t > MEDIUM_MAX ? MEDIUM_MAX : t;
 }
 
+/* Requests above it are large blocks (large.h): the mmap threshold, or
+ * SPAN_MIN below it while the span gate is open (span.h), unless secure
+ * mode puts a guard page behind every large block. */
+HIDDEN size_t init_large_from(void);
+/* The span gate moved: malloc's medium lane follows init_large_from. */
+HIDDEN void init_lanes_changed(void);
+
 /* Provided by heap_life.c for start-up. */
 HIDDEN void heap_empty_init(void);
 HIDDEN void heap_process_init(void);

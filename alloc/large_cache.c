@@ -30,10 +30,31 @@ static size_t bytes;
  * next round faulted it in again (bufcycle: 15,900 faults in the second
  * round against 16,600 in the first; tcmalloc 350). A cache emptied by age
  * or malloc_trim disarms again. */
-static bool freed_one, armed;
+static struct large_arming arming;
 /* The most bytes live large blocks have held since the cache last
  * emptied (large_cache_fit_live), under the lock. */
 static size_t peak_live;
+
+bool large_arming_free(struct large_arming *a)
+{
+    if (!__atomic_load_n(&a->armed, __ATOMIC_RELAXED) &&
+        __atomic_exchange_n(&a->freed_one, true, __ATOMIC_RELAXED))
+        __atomic_store_n(&a->armed, true, __ATOMIC_RELAXED);     /* a second free */
+    return __atomic_load_n(&a->armed, __ATOMIC_RELAXED);
+}
+
+void large_arming_request(struct large_arming *a)
+{
+    if (!__atomic_load_n(&a->armed, __ATOMIC_RELAXED) &&
+        __atomic_load_n(&a->freed_one, __ATOMIC_RELAXED))
+        __atomic_store_n(&a->armed, true, __ATOMIC_RELAXED);
+}
+
+void large_arming_reset(struct large_arming *a)
+{
+    __atomic_store_n(&a->armed, false, __ATOMIC_RELAXED);
+    __atomic_store_n(&a->freed_one, false, __ATOMIC_RELAXED);
+}
 
 static struct cache_entry cache_remove(unsigned i)
 {
@@ -58,13 +79,6 @@ static struct large_piece cache_remove_piece(unsigned i)
 {
     struct cache_entry e = cache_remove(i);
     return (struct large_piece){ e.base, e.size, e.maps };
-}
-
-static size_t live_large_bytes(void)
-{
-    uint64_t n, bytes;
-    large_counters(&n, &bytes);
-    return (size_t)bytes;
 }
 
 /* The peak rule (large_cache.h), broken once `adding` more bytes are
@@ -130,10 +144,7 @@ static void cache_join_neighbours(struct cache_entry *e, size_t limit)
 void large_cache_put(void *base, size_t size, const struct large_maps *m, bool was_live)
 {
     size_t limit = init_large_cache_bytes();
-    if (!__atomic_load_n(&armed, __ATOMIC_RELAXED) &&
-        __atomic_exchange_n(&freed_one, true, __ATOMIC_RELAXED))
-        __atomic_store_n(&armed, true, __ATOMIC_RELAXED);     /* a second free */
-    if (!__atomic_load_n(&armed, __ATOMIC_RELAXED) || size > limit) {
+    if (!large_arming_free(&arming) || size > limit) {
         os_unmap(base, size);
         return;
     }
@@ -146,7 +157,7 @@ void large_cache_put(void *base, size_t size, const struct large_maps *m, bool w
     lock_take(&cache_lock);
     /* A freed block was live a moment ago: live + size is a level
      * reached. (A split's tail was cached, not live.) */
-    size_t live = live_large_bytes();
+    size_t live = large_mapped_live();
     if (was_live && live + size > peak_live)
         peak_live = live + size;
     cache_join_neighbours(&e, limit);
@@ -205,9 +216,8 @@ unsigned large_cache_take(size_t size, struct large_piece out[LARGE_MAX_MAPS])
 {
     unsigned n = 0, cuts = 0;
     size_t got = 0;
-    if (!__atomic_load_n(&armed, __ATOMIC_RELAXED)) {
-        if (__atomic_load_n(&freed_one, __ATOMIC_RELAXED))
-            __atomic_store_n(&armed, true, __ATOMIC_RELAXED);
+    if (!__atomic_load_n(&arming.armed, __ATOMIC_RELAXED)) {
+        large_arming_request(&arming);
         return 0;
     }
     lock_take(&cache_lock);
@@ -267,7 +277,7 @@ void large_cache_fit_live(void)
     struct os_range evicted[LARGE_CACHE_SLOTS];
     unsigned n = 0;
     lock_take(&cache_lock);
-    size_t live = live_large_bytes();
+    size_t live = large_mapped_live();
     if (live > peak_live)
         peak_live = live;
     while (count && over_peak(0, live))
@@ -278,8 +288,7 @@ void large_cache_fit_live(void)
 
 static void cache_disarm(void)
 {
-    __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
-    __atomic_store_n(&freed_one, false, __ATOMIC_RELAXED);
+    large_arming_reset(&arming);
 }
 
 bool large_cache_expire(bool all)

@@ -33,6 +33,15 @@
 #define LARGE_CACHE_SMALL_SLOTS 120
 #define LARGE_CACHE_EXPIRE_MS 1000
 
+/* Whether a pool keeps freed blocks (large_cache.c says why): a request
+ * after a free, or a second free, arms it; emptied by age or malloc_trim,
+ * it is reset. One for the cache, one for span.c: a program's blocks of
+ * 128 KiB-1 MiB say nothing of whether its 8 MiB buffer is a one-off.
+ * large_arming_free notes a free and says whether the block is kept. */
+struct large_arming { bool freed_one, armed; };
+HIDDEN bool large_arming_free(struct large_arming *a);
+HIDDEN void large_arming_request(struct large_arming *a);
+HIDDEN void large_arming_reset(struct large_arming *a);
 /* Takes a freed SEGMENT_SIZE-aligned mapping cut as m says: keeps it, or
  * unmaps it when it is more than the whole cache (the peak rule keeps a
  * block freed after its growth from raising the peak; realloc-M's 64 MiB
@@ -60,8 +69,9 @@ HIDDEN bool large_cache_take_covering(size_t size, unsigned cuts, struct large_p
 /* Takes the cached mapping that starts at `base` into *out: true when
  * there is one (a block about to grow into it: large.c). */
 HIDDEN bool large_cache_take_at(const void *base, struct large_piece *out);
-/* The peak rule: cached bytes plus the live large blocks' bytes stay
- * within the most the live ones have reached (since the cache last
+/* The peak rule: cached bytes plus the live large blocks' bytes (those on
+ * mappings of their own: span blocks keep span.h's rule) stay within the
+ * most the live ones have reached (since the cache last
  * emptied), so keeping freed blocks never raises the RSS large blocks
  * take above their own peak. Blocks of sizes that differ round to round
  * leave entries no request fits; without the rule they sat resident

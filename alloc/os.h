@@ -108,5 +108,8 @@ HIDDEN void os_wait_ms(_Atomic uint32_t *word, uint32_t seen, uint64_t ms);
 HIDDEN void os_wake(_Atomic uint32_t *word);
 /* Bytes of [p, p + size) resident in RAM (mincore), for statistics. */
 HIDDEN size_t os_resident(void *p, size_t size);
+/* Per page of [p, p + size) (page-aligned), vec[i] = 1 when resident, 0
+ * when not (or swapped out); false when the kernel would not say. */
+HIDDEN bool os_resident_pages(void *p, size_t size, unsigned char *vec);
 
 #endif

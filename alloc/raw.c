@@ -7,6 +7,7 @@
 #include "remote.h"
 #include "large.h"
 #include "large_cache.h"
+#include "span.h"
 #include "init.h"
 #include "diag.h"
 
@@ -19,14 +20,14 @@ static void *alloc_in_class_once(unsigned cls, bool exact)
     return h ? heap_alloc(h, cls, exact) : heap_alloc_shared(SHARED_ORPHAN, cls, exact);
 }
 
-/* When the OS refuses a segment, the large cache gives way (large_cache.h)
- * and the heap tries once more; here, not in the heap, since a shared
+/* When the OS refuses a segment, the large cache and the span segments'
+ * free units give way (large_cache.h, span.h) and the heap tries once more; here, not in the heap, since a shared
  * heap's lock must not be held while the cache's is taken (fork takes the
  * cache's first). */
 static void *alloc_in_class(unsigned cls, bool exact)
 {
     void *p = alloc_in_class_once(cls, exact);
-    if (unlikely(!p) && large_cache_expire(true))
+    if (unlikely(!p) && (large_cache_expire(true) | span_expire(true)))
         p = alloc_in_class_once(cls, exact);
     return p;
 }
@@ -34,20 +35,20 @@ static void *alloc_in_class(unsigned cls, bool exact)
 void *raw_alloc(size_t size, size_t align)
 {
     if (align <= MIN_ALIGN) {
-        if (size > init_mmap_threshold())
+        if (size > init_large_from())
             return large_alloc(size, MIN_ALIGN, 0, 0);
         return alloc_in_class(sizeclass_of(size), false);
     }
     if (size > PTRDIFF_MAX - align)
         return NULL;
-    int cls = raw_aligned_class(size, align, init_mmap_threshold());
+    int cls = raw_aligned_class(size, align, init_large_from());
     return cls >= 0 ? alloc_in_class((unsigned)cls, true) : large_alloc(size, align, 0, 0);
 }
 
 void *raw_calloc(size_t size)
 {
     /* A fresh large mapping is already zero; large_alloc clears a warm one. */
-    if (size > init_mmap_threshold())
+    if (size > init_large_from())
         return large_alloc(size, MIN_ALIGN, 0, LARGE_ZERO);
     /* So is a block carved from memory nothing wrote (page.h). */
     page_zero_block = NULL;
@@ -258,9 +259,11 @@ size_t raw_usable_own(void *p, const char *func)
 
 void *raw_alloc_grown(size_t size, size_t usable)
 {
-    if (size <= usable || usable < RAW_GROWN_LARGE || size > init_mmap_threshold())
+    if (size <= usable)
         return NULL;
-    return large_alloc(size, MIN_ALIGN, 0, 0);
+    if (size > init_large_from() || (usable >= RAW_GROWN_LARGE && size <= init_mmap_threshold()))
+        return large_alloc(size, MIN_ALIGN, 0, LARGE_GROWN);
+    return NULL;
 }
 
 static void *realloc_move(void *p, size_t old_usable, size_t size, const char *func)
@@ -285,7 +288,7 @@ void *raw_realloc(void *p, size_t size, const char *func)
         /* One that grows stays a mapping, below the threshold too (a
          * block raw_alloc_grown gave one, or one mapped while the
          * threshold was lower): mremap moves no bytes. */
-        if (size > init_mmap_threshold() || size > usable)
+        if (size > init_large_from() || size > usable)
             return large_realloc(p, size);
         void *q = realloc_move(p, usable, size, func);
         return q ? q : large_realloc(p, size);

@@ -180,6 +180,33 @@ void segment_free(struct segment *s)
         os_unmap(s, SEGMENT_SIZE);
 }
 
+void *segment_take_bare(bool *fresh)
+{
+    struct segment *s;
+    lock_take(&segment_lock);
+    *fresh = !cache_count;
+    s = cache_count ? cache[--cache_count] : segment_map_fresh();
+    lock_give(&segment_lock);
+    if (s && !*fresh)
+        segment_set_guard(s, s->guarded, false);
+    return s;
+}
+
+void segment_give_bare(void *p)
+{
+    struct segment *s = p;
+    s->guarded = false;         /* what segment_alloc reads of a cached header */
+    bool cached = false;
+    lock_take(&segment_lock);
+    if (cache_count < SEGMENT_CACHE_MAX) {
+        cache[cache_count++] = s;
+        cached = true;
+    }
+    lock_give(&segment_lock);
+    if (!cached)
+        os_unmap(s, SEGMENT_SIZE);
+}
+
 /* Unmaps every cached segment and the reservation's rest (malloc_trim). */
 void segment_cache_release(void)
 {

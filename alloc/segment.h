@@ -223,6 +223,11 @@ HIDDEN struct page *segment_take_page(struct segment *s);
 HIDDEN void segment_release_page(struct segment *s, struct page *pg);
 HIDDEN void segmap_set_range(const void *p, size_t size, uint16_t first, uint16_t rest);
 HIDDEN void segment_cache_release(void);
+/* A bare segment for span.c (span.h): a cached one or the reservation's
+ * next, with no guard page; NULL when the OS refuses. *fresh: it reads as
+ * zero (never used). Given back with every page purged but its first. */
+HIDDEN void *segment_take_bare(bool *fresh);
+HIDDEN void segment_give_bare(void *p);
 HIDDEN void segment_lock_all(void);
 HIDDEN void segment_unlock_all(void);
 HIDDEN void segment_reset_locks(void);

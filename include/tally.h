@@ -51,7 +51,7 @@ struct tally_stats {
     uint64_t allocated_bytes;   /* handed out (class sizes, large mappings) */
     uint64_t active_bytes;      /* in pages assigned to a class, and large */
     uint64_t mapped_bytes;      /* mapped from the OS right now */
-    uint64_t large_count;       /* live blocks above the mmap threshold */
+    uint64_t large_count;       /* live large blocks (span runs and mappings) */
     uint64_t large_bytes;
     uint64_t segments;
     uint64_t purged_bytes;      /* handed back with madvise, ever */

@@ -49,6 +49,23 @@ static void double_free_large(void *arg)
     free(p);
 }
 
+/* A block from a span segment (alloc/span.h): freed, its segment stays
+ * tagged, so the report comes from the run's own bookkeeping. */
+static void double_free_span(void *arg)
+{
+    (void)arg;
+    void *volatile p = malloc(600 << 10);
+    free(p);
+    free(p);
+}
+
+static void free_inside_span(void *arg)
+{
+    (void)arg;
+    char *volatile p = malloc(600 << 10);
+    free(p + (64 << 10));
+}
+
 static void free_inside_large(void *arg)
 {
     (void)arg;
@@ -108,6 +125,8 @@ Test(misuse, free_of_garbage) { expect_abort(free_garbage, "free(): invalid poin
 Test(misuse, double_free_of_small_block) { expect_abort(double_free_small, "double free"); }
 Test(misuse, double_free_of_large_block) { expect_abort(double_free_large, "free(): invalid pointer"); }
 Test(misuse, free_inside_large_block) { expect_abort(free_inside_large, "invalid pointer"); }
+Test(misuse, double_free_of_span_block) { expect_abort(double_free_span, "free(): invalid pointer"); }
+Test(misuse, free_inside_span_block) { expect_abort(free_inside_span, "free(): invalid pointer"); }
 Test(misuse, realloc_of_foreign_pointer) { expect_abort(realloc_foreign, "realloc(): invalid pointer"); }
 
 /* realloc of the caller's own blocks has a lane of its own (malloc.c,

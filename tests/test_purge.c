@@ -835,8 +835,11 @@ Test(purge, a_sparse_page_is_purged_once_it_stays_sparse_to_the_next_sweep, .tim
 }
 
 /* The medium-page cases: MEDIUM_N blocks of MEDIUM_SIZE beside one kept
- * block that keeps their page from retiring, with a short purge delay. */
-enum { MEDIUM_N = 8, MEDIUM_SIZE = 400000 };
+ * block that keeps their page from retiring, with a short purge delay.
+ * Below 128 KiB: above it, blocks are span blocks while the span gate is
+ * open (alloc/span.h). MEDIUM_PAGES: the OS pages checked past each
+ * block's first. */
+enum { MEDIUM_N = 8, MEDIUM_SIZE = 120000, MEDIUM_PAGES = 24 };
 
 static void *keep_a_medium_page(void)
 {
@@ -860,7 +863,7 @@ static int medium_blocks_resident(unsigned char **v)
 {
     int n = 0;
     for (int i = 0; i < MEDIUM_N; i++)
-        n += resident_pages(v[i] + 4096, 64 * 4096);
+        n += resident_pages(v[i] + 4096, MEDIUM_PAGES * 4096);
     return n;
 }
 
@@ -902,6 +905,6 @@ Test(purge, a_medium_block_reused_without_its_second_word_written_is_purged_agai
     sweep_a_few_times();
     int after = medium_blocks_resident(v);
     free(keep);
-    cr_assert_eq(written, N * 64);
+    cr_assert_eq(written, N * MEDIUM_PAGES);
     cr_assert_leq(after, N, "%d -> %d OS pages in RAM", written, after);
 }

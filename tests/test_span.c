@@ -1,0 +1,223 @@
+/*
+ * test_span.c - large blocks from shared span segments (alloc/span.h):
+ * freed runs join and serve requests of any size warm, blocks grow into
+ * free units where they lie, and the gate sends sparsely written blocks
+ * back to classes and mappings.
+ */
+#include "helpers.h"
+#include <criterion/criterion.h>
+#include <malloc.h>
+#include "tally.h"
+
+static struct tally_stats stats(void)
+{
+    struct tally_stats s = { .size = sizeof s };
+    tally_stats_get(&s);
+    return s;
+}
+
+/* Two large blocks freed in a row arm the keeping of freed blocks (the
+ * large cache's rule, which spans follow). */
+static void arm(void)
+{
+    char *a = malloc(600u << 10), *b = malloc(600u << 10);
+    cr_assert(a && b);
+    memset(a, 1, 600u << 10);
+    memset(b, 1, 600u << 10);
+    free(a);
+    free(b);
+}
+
+static char *written(size_t n, int byte)
+{
+    char *p = malloc(n);
+    cr_assert_not_null(p);
+    memset(p, byte, n);
+    return p;
+}
+
+Test(span, a_round_of_other_sizes_reuses_the_last_rounds_pages)
+{
+    /* A server's buffers: 8 of 900 KiB written and freed, then 12 of 550
+     * KiB. With a mapping or a medium class each, the smaller round found
+     * 8 blocks of its size at most and faulted the rest in afresh. */
+    enum { A = 8, B = 12 };
+    char *v[B];
+    arm();
+    for (int i = 0; i < A; i++)
+        v[i] = written(900u << 10, i);
+    for (int i = 0; i < A; i++)
+        free(v[i]);
+    long f0 = minor_faults();
+    for (int i = 0; i < B; i++)
+        v[i] = written(550u << 10, i + 1);
+    long faults = minor_faults() - f0;
+    for (int i = 0; i < B; i++) {
+        cr_assert_eq(v[i][(550u << 10) - 1], i + 1);
+        free(v[i]);
+    }
+    cr_assert_lt(faults, 100, "12 blocks of 550 KiB after 8 of 900 KiB took %ld faults", faults);
+}
+
+Test(span, freed_neighbours_join_for_a_bigger_block)
+{
+    /* Three 300 KiB blocks side by side in a fresh segment, freed: one run,
+     * which a 900 KiB request takes where the first one was. */
+    char *a = written(300u << 10, 1), *b = written(300u << 10, 2), *c = written(300u << 10, 3);
+    cr_assert_eq(b - a, (ptrdiff_t)(320u << 10), "b follows a (%p, %p)", (void *)a, (void *)b);
+    cr_assert_eq(c - b, (ptrdiff_t)(320u << 10), "c follows b (%p, %p)", (void *)b, (void *)c);
+    free(a);
+    free(b);
+    free(c);
+    char *d = malloc(900u << 10);
+    cr_assert_eq(d, a, "the 900 KiB block is not where the freed run starts (%p, %p)", (void *)d,
+                 (void *)a);
+    memset(d, 4, 900u << 10);
+    free(d);
+}
+
+Test(span, a_block_grows_into_the_free_units_after_it)
+{
+    /* No system call: the units after it are free in its segment. */
+    char *p = written(600u << 10, 5);
+    struct tally_stats s0 = stats();
+    char *q = realloc(p, 900u << 10);
+    struct tally_stats s1 = stats();
+    cr_assert_eq(q, p, "the block moved (%p -> %p)", (void *)p, (void *)q);
+    cr_assert_eq(s1.mremap_calls + s1.mmap_calls, s0.mremap_calls + s0.mmap_calls,
+                 "growing within the segment called the kernel");
+    cr_assert_eq(q[(600u << 10) - 1], 5);
+    memset(q, 6, 900u << 10);
+    free(q);
+}
+
+Test(span, a_growing_block_moves_onto_warm_units_and_keeps_its_bytes)
+{
+    /* p (300 KiB) has a live block after it, so it cannot grow in place; a
+     * freed, written 1 MiB run elsewhere takes it whole, and its new part
+     * is resident already. */
+    arm();
+    char *warm = written(1000u << 10, 7);
+    char *p = malloc(300u << 10), *wall = written(300u << 10, 8);
+    cr_assert(p && wall);
+    for (size_t i = 0; i < (300u << 10); i++)
+        p[i] = (char)(i * 13);
+    free(warm);
+    char *q = realloc(p, 900u << 10);
+    cr_assert_not_null(q);
+    cr_assert_eq(q, warm, "the block did not move onto the warm run (%p, warm %p)", (void *)q,
+                 (void *)warm);
+    long f0 = minor_faults();
+    memset(q + (300u << 10), 9, 600u << 10);
+    long faults = minor_faults() - f0;
+    cr_assert_lt(faults, 20, "the grown part faulted %ld times", faults);
+    for (size_t i = 0; i < (300u << 10); i++)
+        cr_assert_eq(q[i], (char)(i * 13), "byte %zu", i);
+    free(q);
+    free(wall);
+}
+
+Test(span, a_span_block_grown_past_the_span_limit_keeps_its_bytes)
+{
+    char *p = malloc(700u << 10);
+    for (size_t i = 0; i < (700u << 10); i++)
+        p[i] = (char)(i * 7);
+    p = realloc(p, 1800u << 10);    /* within SPAN_MAX */
+    cr_assert_not_null(p);
+    p = realloc(p, 5u << 20);       /* a mapping of its own */
+    cr_assert_not_null(p);
+    for (size_t i = 0; i < (700u << 10); i++)
+        cr_assert_eq(p[i], (char)(i * 7), "byte %zu", i);
+    memset(p, 1, 5u << 20);
+    p = realloc(p, 200u << 10);     /* back down */
+    cr_assert_eq(p[(200u << 10) - 1], 1);
+    free(p);
+}
+
+Test(span, calloc_of_reused_units_is_zero)
+{
+    arm();
+    for (size_t n = 150u << 10; n <= (1000u << 10); n += 110u << 10) {
+        char *p = written(n, 0xee);
+        free(p);
+        unsigned char *z = calloc(1, n);
+        cr_assert_not_null(z);
+        for (size_t i = 0; i < n; i += 256)
+            cr_assert_eq(z[i], 0, "calloc(%zu) byte %zu", n, i);
+        cr_assert_eq(z[n - 1], 0);
+        free(z);
+    }
+}
+
+Test(span, sparsely_written_blocks_shut_the_gate)
+{
+    /* Dense blocks keep it open: a 300 KiB request is a large (span)
+     * block. Blocks written on their first page only shut it: the same
+     * request is a medium block again, and so is the next. */
+    uint64_t large0 = stats().large_count;
+    char *d = written(300u << 10, 1);
+    cr_assert_eq(stats().large_count, large0 + 1, "300 KiB was no span block while dense");
+    free(d);
+    for (int i = 0; i < 64; i++) {
+        char *p = malloc(700u << 10);
+        cr_assert_not_null(p);
+        p[0] = 1;
+        free(p);
+    }
+    char *m = written(300u << 10, 2);
+    cr_assert_eq(stats().large_count, large0, "300 KiB is still a span block after sparse ones (%llu, %llu)", (unsigned long long)stats().large_count, (unsigned long long)large0);
+    free(m);
+}
+
+Test(span, malloc_trim_gives_free_span_segments_back)
+{
+    enum { N = 16 };
+    char *v[N];
+    arm();
+    for (int i = 0; i < N; i++)
+        v[i] = written(800u << 10, i);
+    for (int i = 0; i < N; i++)
+        free(v[i]);
+    uint64_t before = stats().mapped_bytes;
+    long rss = rss_kib();
+    malloc_trim(0);
+    cr_assert_leq(stats().mapped_bytes + (8u << 20), before, "span segments stayed mapped");
+    cr_assert_lt(rss_kib(), rss - 8 * 1024, "their pages stayed resident");
+}
+
+static void *churn_spans(void *arg)
+{
+    volatile bool *stop = arg;
+    while (!*stop) {
+        char *p = malloc(400u << 10);
+        if (p) {
+            p[0] = 1;
+            free(p);
+        }
+    }
+    return NULL;
+}
+
+static void child_takes_a_span(void *arg)
+{
+    (void)arg;
+    char *p = malloc(500u << 10);
+    if (!p)
+        abort();
+    memset(p, 3, 500u << 10);
+    free(p);
+}
+
+Test(span, a_child_forked_beside_a_thread_using_spans_can_use_them)
+{
+    volatile bool stop = false;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, churn_spans, (void *)&stop), 0);
+    for (int i = 0; i < 20; i++) {
+        struct child_result r = run_in_child(child_takes_a_span, NULL);
+        cr_assert(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0, "child %d failed: %s", i,
+                  r.err);
+    }
+    stop = true;
+    pthread_join(t, NULL);
+}
