@@ -293,9 +293,9 @@ bool heap_trim(void)
      * slow path right now (it sweeps itself soon then, and the epoch
      * above makes that sweep purge). */
     heap_tidy_process(now, 0, 0, true);
+    span_expire(true);          /* before the release: its segments join the cache */
     segment_cache_release();
     large_cache_expire(true);
-    span_expire(true);
     return gave_back_since(&before);
 }
 

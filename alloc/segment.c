@@ -132,18 +132,29 @@ static void segment_init_header(struct segment *s, struct heap *h, enum segment_
     }
 }
 
+/* A cached segment, else a fresh one (*fresh); NULL when the OS refuses. */
+static struct segment *segment_take(bool *fresh)
+{
+    lock_take(&segment_lock);
+    *fresh = !cache_count;
+    struct segment *s = cache_count ? cache[--cache_count] : segment_map_fresh();
+    lock_give(&segment_lock);
+    return s;
+}
+
+/* Caches s, or unmaps it when the cache is full; the caller holds the
+ * lock, which it gives back before the unmap (*unmap says to). */
+static void segment_cache_locked(struct segment *s, bool *unmap)
+{
+    *unmap = cache_count == SEGMENT_CACHE_MAX;
+    if (!*unmap)
+        cache[cache_count++] = s;
+}
+
 struct segment *segment_alloc(struct heap *h, uint16_t tag, enum segment_kind kind)
 {
-    struct segment *s = NULL;
-    bool fresh = false;
-    lock_take(&segment_lock);
-    if (cache_count) {
-        s = cache[--cache_count];
-    } else {
-        s = segment_map_fresh();
-        fresh = true;
-    }
-    lock_give(&segment_lock);
+    bool fresh;
+    struct segment *s = segment_take(&fresh);
     if (!s)
         return NULL;
     segment_init_header(s, h, kind, fresh);
@@ -163,7 +174,7 @@ void segment_free(struct segment *s)
 {
     os_purge_flush();   /* purges still gathered (os.h) land before s moves on */
     segmap_set_range(s, SEGMENT_SIZE, TAG_NONE, TAG_NONE);
-    bool cached = false;
+    bool unmap;
     lock_take(&segment_lock);
     if (s->all_prev)
         s->all_prev->all_next = s->all_next;
@@ -171,22 +182,15 @@ void segment_free(struct segment *s)
         all_segments = s->all_next;
     if (s->all_next)
         s->all_next->all_prev = s->all_prev;
-    if (cache_count < SEGMENT_CACHE_MAX) {
-        cache[cache_count++] = s;
-        cached = true;
-    }
+    segment_cache_locked(s, &unmap);
     lock_give(&segment_lock);
-    if (!cached)
+    if (unmap)
         os_unmap(s, SEGMENT_SIZE);
 }
 
 void *segment_take_bare(bool *fresh)
 {
-    struct segment *s;
-    lock_take(&segment_lock);
-    *fresh = !cache_count;
-    s = cache_count ? cache[--cache_count] : segment_map_fresh();
-    lock_give(&segment_lock);
+    struct segment *s = segment_take(fresh);
     if (s && !*fresh)
         segment_set_guard(s, s->guarded, false);
     return s;
@@ -196,14 +200,11 @@ void segment_give_bare(void *p)
 {
     struct segment *s = p;
     s->guarded = false;         /* what segment_alloc reads of a cached header */
-    bool cached = false;
+    bool unmap;
     lock_take(&segment_lock);
-    if (cache_count < SEGMENT_CACHE_MAX) {
-        cache[cache_count++] = s;
-        cached = true;
-    }
+    segment_cache_locked(s, &unmap);
     lock_give(&segment_lock);
-    if (!cached)
+    if (unmap)
         os_unmap(s, SEGMENT_SIZE);
 }
 

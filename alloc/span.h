@@ -1,8 +1,9 @@
 /*
- * span.h - large blocks up to half a segment, carved from shared span
+ * span.h - large blocks under 1 MiB (grown, up to half a segment), and
+ * while the gate is open those above 128 KiB, carved from shared span
  * segments in 64 KiB units.
  *
- * A block of 512 KiB-2 MiB on a mapping of its own sits alone in a 4 MiB
+ * A block of 512 KiB-2 MiB on a mapping of its own sat alone in a 4 MiB
  * aligned range (the segmap tags 4 MiB at a time), so two freed ones
  * never join, a freed one serves only a request of about its size, and
  * a round of buffers of sizes that differ from the last round's faulted
@@ -24,10 +25,11 @@
  * front), so a pointer's unit is its run's.
  *
  * Freed units stay resident for the next request when the program reuses
- * large blocks (the large cache's arming: large_cache.h) and are purged
- * once unused for LARGE_CACHE_EXPIRE_MS, on malloc_trim, or by the peak
- * rule: the units resident and free plus those live stay within the most
- * that were live since none was cached, as the large cache's do.
+ * large blocks (the large cache's arming rule, an arming of their own:
+ * large_cache.h) and are purged once unused for LARGE_CACHE_EXPIRE_MS, on
+ * malloc_trim, or by the peak rule: the units resident and free plus those
+ * live stay within the most that were live since none was cached, and an
+ * eighth (span.c says why the eighth).
  */
 #ifndef TALLY_SPAN_H
 #define TALLY_SPAN_H
@@ -43,12 +45,12 @@
  * into a mapping of its own, which grows with mremap. */
 #define SPAN_MAX_UNITS  (SPAN_UNITS / 2 + 1)
 #define SPAN_MAX        (SPAN_MAX_UNITS * SPAN_UNIT)
-/* A new block (malloc, or a medium block realloc grows) takes a span when
+/* A new block (malloc, or a class block realloc grows) takes a span when
  * smaller than this (and aligned to at most a unit): a request of 1 MiB
- * or more maps its own, so
- * that a buffer grown from there on moves pages with mremap and never
- * copies (realloc-m grows 1 MiB to 64 MiB untouched: copying its 2 MiB
- * out of a span faulted both copies in, 0.031 s against 0.0076). */
+ * or more maps its own, so that a buffer grown from there on moves pages
+ * with mremap and never copies (realloc-m grows 1 MiB to 64 MiB
+ * untouched: copying its 2 MiB out of a span faulted both copies in,
+ * 0.031 s against 0.0076). */
 #define SPAN_NEW_MAX    ((size_t)1 << 20)
 /* While the gate is open (span_gate), requests above this, below the mmap
  * threshold too, are span blocks instead of medium blocks: medium blocks

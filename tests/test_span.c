@@ -7,6 +7,7 @@
 #include "helpers.h"
 #include <criterion/criterion.h>
 #include <malloc.h>
+#include <sys/mman.h>
 #include "tally.h"
 
 static struct tally_stats stats(void)
@@ -183,6 +184,11 @@ Test(span, malloc_trim_gives_free_span_segments_back)
     malloc_trim(0);
     cr_assert_leq(stats().mapped_bytes + (8u << 20), before, "span segments stayed mapped");
     cr_assert_lt(rss_kib(), rss - 8 * 1024, "their pages stayed resident");
+    /* Unmapped, not kept in the heaps' segment cache: malloc_trim retires
+     * them before it releases that cache. */
+    unsigned char vec;
+    void *page = (void *)((uintptr_t)v[0] & ~(uintptr_t)4095);
+    cr_assert_eq(mincore(page, 4096, &vec), -1, "the first block's segment is still mapped");
 }
 
 static void *churn_spans(void *arg)
