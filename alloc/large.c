@@ -300,7 +300,9 @@ static struct large_header *large_checked(const void *p, const char *func)
 {
     struct large_header *h = large_header_of(p);
     if (!h)
-        diag_fail(func, "invalid pointer (not the start of a live large block: inside one, or already freed)", p);
+        diag_fail(func,
+                  "invalid pointer (not the start of a live large block: inside one, or already freed)",
+                  p);
     return h;
 }
 
@@ -406,10 +408,11 @@ static struct large_header *large_move_onto_cached(struct large_header *h, size_
     return n;
 }
 
-/* The end of every large_realloc that resized: n, whose mapping was
- * old_map bytes and is n->map_size now, holds `size` bytes asked; it is
- * tagged again (a mapping: a span's segment stays tagged) and counted, and when it grew the cache keeps the peak
- * rule (large_cache_fit_live). */
+/* The end of every large_realloc that resized: n, whose mapping (or span
+ * run) was old_map bytes and is n->map_size now, holds `size` bytes
+ * asked; a mapping is tagged again (a span's segment stays tagged), it is
+ * counted, and when a mapping grew the cache keeps the peak rule
+ * (large_cache_fit_live). */
 static void *large_resized(struct large_header *n, size_t old_map, size_t size)
 {
     n->req = size;

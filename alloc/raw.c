@@ -21,9 +21,10 @@ static void *alloc_in_class_once(unsigned cls, bool exact)
 }
 
 /* When the OS refuses a segment, the large cache and the span segments'
- * free units give way (large_cache.h, span.h) and the heap tries once more; here, not in the heap, since a shared
- * heap's lock must not be held while the cache's is taken (fork takes the
- * cache's first). */
+ * free units give way (large_cache.h, span.h) and the heap tries once
+ * more; here, not in the heap, since a shared heap's lock must not be
+ * held while the cache's or the spans' is taken (fork takes those
+ * first). */
 static void *alloc_in_class(unsigned cls, bool exact)
 {
     void *p = alloc_in_class_once(cls, exact);
