@@ -593,11 +593,6 @@ bool span_holds(void)
            __atomic_load_n(&empties, __ATOMIC_RELAXED) != 0;
 }
 
-size_t span_cached_bytes(void)
-{
-    return __atomic_load_n(&cached, __ATOMIC_RELAXED) << SPAN_UNIT_SHIFT;
-}
-
 void span_fork_prepare(void) { pthread_mutex_lock(&span_lock); }
 void span_fork_parent(void) { pthread_mutex_unlock(&span_lock); }
 void span_fork_child(void)

@@ -101,8 +101,6 @@ HIDDEN bool span_expire(bool all);
 /* Whether free units are resident (one relaxed load): the background
  * thread does not doze while some wait to expire. */
 HIDDEN bool span_holds(void);
-/* Bytes of free units kept resident (statistics). */
-HIDDEN size_t span_cached_bytes(void);
 HIDDEN void span_fork_prepare(void);
 HIDDEN void span_fork_parent(void);
 HIDDEN void span_fork_child(void);
