@@ -23,10 +23,11 @@
  * the RSS they hold. Splitting leaves more, smaller entries: with 8 slots
  * malloc-large evicted them and took 128k faults; 16 took it to 72k.
  * Blocks below a segment each sit in a segment-aligned range of their
- * own, so they never glue into one entry: a server that cycles 100 live
- * 600 KB buffers frees 100 entries a round, and the 12 such entries the
+ * own, so they never glue into one entry: a server that cycled 100 live
+ * 600 KB buffers freed 100 entries a round, and the 12 such entries the
  * cache kept until Dec 4 made it unmap 88 of them every round and fault
- * them in again (docs/benchmarks.md, bufcycle). */
+ * them in again (docs/benchmarks.md, bufcycle). Blocks under 1 MiB are
+ * span runs now (span.h); those of 1-4 MiB still take these slots. */
 #define LARGE_CACHE_SLOTS     128
 /* Of which at most this many below SEGMENT_SIZE: split tails are whole
  * segments, so a few slots stay for them. */

@@ -359,15 +359,6 @@ void os_counters_read(struct os_counters *out)
     out->purged_bytes = atomic_load(&bytes_purged);
 }
 
-bool os_resident_pages(void *p, size_t size, unsigned char *vec)
-{
-    if (mincore(p, size, vec) != 0)
-        return false;
-    for (size_t i = 0; i < size / OS_PAGE; i++)
-        vec[i] &= 1;
-    return true;
-}
-
 size_t os_resident(void *p, size_t size)
 {
     unsigned char vec[1024];

@@ -106,10 +106,9 @@ HIDDEN uint64_t os_now_ns(void);
  * spurious wake-up returns early: callers loop. */
 HIDDEN void os_wait_ms(_Atomic uint32_t *word, uint32_t seen, uint64_t ms);
 HIDDEN void os_wake(_Atomic uint32_t *word);
-/* Bytes of [p, p + size) resident in RAM (mincore), for statistics. */
+/* Bytes of [p, p + size) resident in RAM (mincore): statistics, and the
+ * span gate's measure (span.c). */
 HIDDEN size_t os_resident(void *p, size_t size);
-/* Per page of [p, p + size) (page-aligned), vec[i] = 1 when resident, 0
- * when not (or swapped out); false when the kernel would not say. */
-HIDDEN bool os_resident_pages(void *p, size_t size, unsigned char *vec);
+
 
 #endif

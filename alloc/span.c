@@ -83,11 +83,17 @@ static inline uint64_t units_mask(unsigned u, unsigned k)
 
 static inline unsigned units_count(uint64_t m) { return (unsigned)__builtin_popcountll(m); }
 
-/* The length of the run of set bits of m that starts at bit u. */
-static inline unsigned units_run(uint64_t m, unsigned u)
+/* Takes the lowest run of set bits off *m: its first bit in *u and its
+ * length in *len; false when *m has none. */
+static inline bool units_next_run(uint64_t *m, unsigned *u, unsigned *len)
 {
-    uint64_t rest = ~(m >> u);
-    return rest ? (unsigned)__builtin_ctzll(rest) : 64 - u;
+    if (!*m)
+        return false;
+    *u = (unsigned)__builtin_ctzll(*m);
+    uint64_t rest = ~(*m >> *u);
+    *len = rest ? (unsigned)__builtin_ctzll(rest) : 64 - *u;
+    *m &= ~units_mask(*u, *len);
+    return true;
 }
 
 static struct span_segment *segment_of_run(const void *p)
@@ -158,17 +164,10 @@ static bool gate_note(unsigned before, unsigned after, unsigned pages)
     return true;
 }
 
-/* Pages of [p, p + size) resident (one mincore call); all of them when
- * the kernel would not say. */
+/* Pages of [p, p + size) resident. */
 static unsigned run_resident(void *p, size_t size)
 {
-    unsigned char vec[SEGMENT_SIZE / OS_PAGE];
-    unsigned pages = (unsigned)(size / OS_PAGE), n = 0;
-    if (!os_resident_pages(p, size, vec))
-        return pages;
-    for (unsigned i = 0; i < pages; i++)
-        n += vec[i];
-    return n;
+    return (unsigned)(os_resident(p, size) / OS_PAGE);
 }
 
 bool span_gate(void)
@@ -220,12 +219,9 @@ static void open_push(struct span_segment *s)
 
 static unsigned longest_run(uint64_t m)
 {
-    unsigned best = 0;
-    while (m) {
-        unsigned u = (unsigned)__builtin_ctzll(m), len = units_run(m, u);
+    unsigned best = 0, u, len;
+    while (units_next_run(&m, &u, &len))
         best = len > best ? len : best;
-        m &= ~units_mask(u, len);
-    }
     return best;
 }
 
@@ -271,16 +267,15 @@ static void pick_weigh(struct span_pick *best, struct span_segment *s, unsigned 
  * (no unit to fault, no unit to spare). */
 static bool pick_in(struct span_pick *best, struct span_segment *s, unsigned k)
 {
-    for (uint64_t m = s->free; m;) {
-        unsigned u = (unsigned)__builtin_ctzll(m), len = units_run(m, u);
-        if (len >= k) {
-            pick_weigh(best, s, u, k, len);
-            if (len > k)
-                pick_weigh(best, s, u + len - k, k, len);
-            if (best->clean == 0 && best->len == k)
-                return true;
-        }
-        m &= ~units_mask(u, len);
+    unsigned u, len;
+    for (uint64_t m = s->free; units_next_run(&m, &u, &len);) {
+        if (len < k)
+            continue;
+        pick_weigh(best, s, u, k, len);
+        if (len > k)
+            pick_weigh(best, s, u + len - k, k, len);
+        if (best->clean == 0 && best->len == k)
+            return true;
     }
     return false;
 }
@@ -310,11 +305,10 @@ static bool purge_segment(struct span_segment *s, unsigned want)
 {
     unsigned done = 0;
     uint64_t m = s->free & s->dirty;
-    while (m && (!want || done < want)) {
-        unsigned u = (unsigned)__builtin_ctzll(m), len = units_run(m, u);
+    unsigned u, len;
+    while ((!want || done < want) && units_next_run(&m, &u, &len)) {
         os_purge(unit_addr(s, u), (size_t)len << SPAN_UNIT_SHIFT);
         s->dirty &= ~units_mask(u, len);
-        m &= ~units_mask(u, len);
         done += len;
     }
     cached_add(-(long)done);
