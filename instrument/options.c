@@ -22,7 +22,7 @@ extern char **environ;
 /* Defaults that are not 0, named once for the table and the live values. */
 #define DEF_MMAP_THRESHOLD (512 * 1024)
 #define DEF_PURGE_DELAY    100
-#define DEF_LARGE_CACHE    (128 << 20)
+#define DEF_LARGE_CACHE    (256 << 20)
 #define DEF_PURGE_BATCH    1
 #define DEF_LEAKS          1
 #define DEF_QUARANTINE     (4 << 20)

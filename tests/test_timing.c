@@ -50,7 +50,7 @@ Test(timing, totals_faults_and_syscalls)
     struct tally_timing before = { .size = sizeof before }, after = { .size = sizeof after };
     tally_timing_get(&before);
     for (int i = 0; i < 20; i++) {
-        char *p = malloc(136 << 20);  /* over the large cache limit: mmap + munmap */
+        char *p = malloc(264 << 20);  /* over the large cache limit (256m): mmap + munmap */
         p[0] = 1;
         free(p);
     }

@@ -746,7 +746,7 @@ static void reset_all(void)
     option_must("quarantine", "4m");
     option_must("purge_delay", "10");
     option_must("mmap_threshold", "512k");
-    option_must("large_cache", "128m");
+    option_must("large_cache", "256m");
     mmap_threshold = MEDIUM_LIMIT;
 }
 
