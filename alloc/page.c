@@ -190,20 +190,28 @@ void page_purge_tail(struct page *pg)
 }
 
 #define PURGED_MARK 0x707572676564ULL   /* "purged", XOR-ed with the secret */
+#define SEEN_MARK   0x7365656eULL       /* "seen": free at the last look */
 
-void page_purge_free_blocks(struct page *pg)
+bool page_purge_free_blocks(struct page *pg, bool at_once)
 {
     uint32_t bs = page_block_size(pg);
+    bool pending = false;
     for (struct block *b = pg->free; b; b = block_next(b)) {
         uintptr_t *word = (uintptr_t *)b;
         if (word[1] == (PURGED_MARK ^ block_secret))
             continue;
+        if (!at_once && word[1] != (SEEN_MARK ^ block_secret)) {
+            word[1] = SEEN_MARK ^ block_secret;
+            pending = true;
+            continue;
+        }
         uintptr_t lo = align_up((uintptr_t)b + 2 * sizeof(uintptr_t), OS_PAGE);
         uintptr_t hi = ((uintptr_t)b + bs) & ~(uintptr_t)(OS_PAGE - 1);
         if (hi > lo)
             os_purge((void *)lo, hi - lo);
         word[1] = PURGED_MARK ^ block_secret;
     }
+    return pending;
 }
 
 /* ---- carving ------------------------------------------------------------ */

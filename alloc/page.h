@@ -67,9 +67,12 @@ HIDDEN void page_purge_free_runs(struct page *pg);
 HIDDEN void page_purge_tail(struct page *pg);
 /* Medium pages: hands back the OS pages inside each free block, keeping
  * the page that holds its link; the block stays on the free list and comes
- * back zero-filled. A mark in the block's second word avoids repeating
- * the work; a free clears it (page_medium_freed). */
-HIDDEN void page_purge_free_blocks(struct page *pg);
+ * back zero-filled. Unless at_once, only blocks an earlier call saw free
+ * go back; the others are marked seen: a block goes back once it stayed
+ * free from one look to the next. A mark in the block's second word
+ * records either; a free clears it (page_medium_freed). Returns whether
+ * it left any block marked seen, to go back at the next look. */
+HIDDEN bool page_purge_free_blocks(struct page *pg, bool at_once);
 
 /* A medium block b of pg is coming back: the sweep must look at pg again.
  * A medium page goes on handing out blocks while it is current after its

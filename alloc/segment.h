@@ -88,10 +88,16 @@ struct page {
     struct page *next, *prev;  /* class queue or retired list */
     union {
         uint64_t retired_at;   /* retired: ms when it joined the list */
-        uint32_t swept_used;   /* in a queue: `used` at the last partial purge,
-                                  UINT32_MAX once it hands out or (medium)
-                                  takes back a block after it (heap.c);
-                                  a kept list: `used` at the last sweep */
+        struct {
+            uint32_t swept_used;   /* in a queue: `used` at the last partial
+                                      purge, UINT32_MAX once it hands out or
+                                      (medium) takes back a block after it
+                                      (heap.c); a kept list: `used` at the
+                                      last sweep */
+            uint32_t looked_at;    /* medium, in a queue: the clock's ms (low
+                                      32 bits) when the sweep last marked or
+                                      purged its free blocks */
+        };
     };
     uint32_t fresh_end, fresh_size;
 };

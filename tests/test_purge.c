@@ -660,6 +660,51 @@ static int resident_pages(const void *p, size_t n)
     return r;
 }
 
+/* The inside pages of a medium block of n bytes at p that are resident. */
+static int resident_inside(const char *p, size_t n)
+{
+    uintptr_t lo = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
+    uintptr_t hi = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+    return resident_pages((const void *)lo, hi - lo);
+}
+
+/* Allocates as a live program would for about ms milliseconds. */
+static void allocate_for_ms(int ms)
+{
+    for (int t = 0; t < ms; t += 5) {
+        allocate_a_little(2000);
+        sleep_ms(5);
+    }
+}
+
+Test(purge, a_freed_medium_block_keeps_its_pages_until_it_stays_free_from_one_look_to_the_next)
+{
+    /* purge_delay 1000: a sweep every 50 ms, a medium page's free blocks
+     * looked at every 250 ms. Purged at the first sweep after the free, a
+     * block a program reused within tens of ms faulted in again (mstress:
+     * 35k faults a run against 5k). */
+    cr_assert_eq(tally_option_set("purge_delay", "1000"), 0);
+    size_t n = 120000;
+    char *keep = malloc(n), *p = malloc(n);
+    cr_assert(keep && p);
+    memset(keep, 1, n);
+    memset(p, 2, n);
+    int inside = resident_inside(p, n);
+    cr_assert_geq(inside, 28);
+    free(p);
+    allocate_for_ms(120);   /* two sweeps or more */
+    cr_assert_eq(resident_inside(p, n), inside,
+                 "the block's pages went back within 120 ms of its free");
+    int now = inside;
+    for (int round = 0; round < 40 && now > 1; round++) {
+        allocate_for_ms(50);
+        now = resident_inside(p, n);
+    }
+    cr_assert_leq(now, 1, "the block stayed free for 2 s and still holds %d of %d pages", now,
+                  inside);
+    free(keep);
+}
+
 struct takeover { int warm, after; unsigned char last; };
 
 /* In a thread of its own, so a fresh heap whose pages are all its own
