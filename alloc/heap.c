@@ -169,11 +169,12 @@ static void heap_sweep_live_page(struct heap *h, struct page *pg, bool at_once, 
         return;
     if (pg->cls >= NUM_SMALL_CLASSES) {
         /* A block goes back once it stayed free from one look to the
-         * next, the looks medium_delay apart: purged at the next sweep
+         * next, the looks medium_delay apart. Purged at the next sweep
          * (a twentieth of the delay), a block reused within tens of ms
-         * faulted its pages in again (mstress: 35k faults against 5k
-         * without these purges). Until then swept_used stays where it
-         * was, and the sweep comes back. */
+         * faulted its pages in again: mstress at its full size took
+         * 43-46k faults a run that way, 6-14k this way (5k with no such
+         * purges at all, at 20% more peak RSS). Until then swept_used
+         * stays where it was, and the sweep comes back. */
         if (!at_once && (uint32_t)now - pg->looked_at < medium_delay)
             return;
         pg->looked_at = (uint32_t)now;
