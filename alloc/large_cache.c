@@ -286,16 +286,11 @@ void large_cache_fit_live(void)
     unmap_ranges(evicted, n);
 }
 
-static void cache_disarm(void)
-{
-    large_arming_reset(&arming);
-}
-
 bool large_cache_expire(bool all)
 {
     if (!__atomic_load_n(&count, __ATOMIC_RELAXED)) {
         if (all)
-            cache_disarm();
+            large_arming_reset(&arming);
         return false;
     }
     uint64_t now = os_now_ms();
@@ -309,7 +304,7 @@ bool large_cache_expire(bool all)
         expired[n++] = cache_remove_range(0);
     if (!count) {
         peak_live = 0;       /* the next peak is measured afresh */
-        cache_disarm();
+        large_arming_reset(&arming);
     }
     lock_give(&cache_lock);
     unmap_ranges(expired, n);
