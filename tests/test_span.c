@@ -6,6 +6,7 @@
  */
 #include "helpers.h"
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <malloc.h>
 #include <sys/mman.h>
 #include "tally.h"
@@ -151,6 +152,39 @@ Test(span, a_growing_block_moves_onto_warm_units_and_keeps_its_bytes)
         cr_assert_eq(q[i], (char)(i * 13), "byte %zu", i);
     free(q);
     free(wall);
+}
+
+Test(span, buffers_grown_twice_below_512k_stay_in_span_segments)
+{
+    /* Eight live buffers of 70 KB, each grown to 140 KB and then 280 KB,
+     * their neighbours live, so each second growth moves. It moves onto
+     * span units (those its neighbours vacated, or a segment's worth of
+     * new ones), not into a mapping of its own apiece (SPAN_REGROW_MAX). */
+    enum { N = 8 };
+    char *b[N];
+    for (int i = 0; i < N; i++)
+        b[i] = written(70000, i + 1);
+    for (int i = 0; i < N; i++) {
+        b[i] = realloc(b[i], 140000);
+        cr_assert_not_null(b[i]);
+        memset(b[i] + 70000, i + 1, 70000);
+    }
+    struct tally_stats s0 = stats();
+    for (int i = 0; i < N; i++) {
+        b[i] = realloc(b[i], 280000);
+        cr_assert_not_null(b[i]);
+        memset(b[i] + 140000, i + 1, 140000);
+    }
+    struct tally_stats s1 = stats();
+    cr_assert_leq(s1.mmap_calls - s0.mmap_calls, 2,
+                  "%" PRIu64 " mmap calls for %d second growths",
+                  (uint64_t)(s1.mmap_calls - s0.mmap_calls), N);
+    for (int i = 0; i < N; i++) {
+        for (size_t k = 0; k < 280000; k += 4096)
+            cr_assert_eq(b[i][k], (char)(i + 1), "buffer %d, byte %zu", i, k);
+        cr_assert_eq(b[i][279999], (char)(i + 1));
+        free(b[i]);
+    }
 }
 
 Test(span, a_span_block_grown_past_the_span_limit_keeps_its_bytes)
