@@ -57,6 +57,10 @@ struct span_segment {
     uint64_t magic;
     uint64_t free;          /* units in no live run */
     uint64_t dirty;         /* units maybe resident: written since mapped or purged */
+    /* Free units known resident whole: freed by a run that was resident
+     * whole, and not purged since. A run taken from them needs no
+     * mincore to learn what was resident (span_take). */
+    uint64_t whole;
     uint64_t freed_at;      /* ms of the last free into it: the list's order */
     struct span_segment *prev, *next;   /* the open list, while it has a free unit */
     struct span_segment *fprev, *fnext; /* fits[longest], while it has a free unit */
@@ -319,6 +323,7 @@ static bool purge_segment(struct span_segment *s, unsigned want)
     while ((!want || done < want) && units_next_run(&m, &u, &len)) {
         os_purge(unit_addr(s, u), (size_t)len << SPAN_UNIT_SHIFT);
         s->dirty &= ~units_mask(u, len);
+        s->whole &= ~units_mask(u, len);
         done += len;
     }
     cached_add(-(long)done);
@@ -382,6 +387,7 @@ static struct span_segment *segment_map(void)
     s->magic = SPAN_MAGIC;
     s->free = ALL_FREE;
     s->dirty = 1;
+    s->whole = 0;
     s->freed_at = os_now_ms();
     s->starts = 0;
     segmap_set_range(s, SEGMENT_SIZE, TAG_LARGE, TAG_LARGE);
@@ -399,6 +405,7 @@ static uint64_t units_take(struct span_segment *s, unsigned u, unsigned k)
         empties_add(-1);
     s->free &= ~mk;
     s->dirty |= mk;
+    s->whole &= ~mk;
     live += k;
     cached_add(-(long)units_count(was));
     if (!s->free)
@@ -409,9 +416,10 @@ static uint64_t units_take(struct span_segment *s, unsigned u, unsigned k)
 
 /* Frees k live units at u of s (the run's new length at its start, if
  * any, is the caller's): kept resident when the program reuses large
- * blocks, else purged. A segment left with no live run and nothing
- * resident is retired past SPAN_EMPTY_KEEP such. */
-static void units_give(struct span_segment *s, unsigned u, unsigned k, bool keep,
+ * blocks, else purged. `whole`: the caller knows them resident whole. A
+ * segment left with no live run and nothing resident is retired past
+ * SPAN_EMPTY_KEEP such. */
+static void units_give(struct span_segment *s, unsigned u, unsigned k, bool keep, bool whole,
                        struct span_segment **gone)
 {
     uint64_t mk = units_mask(u, k);
@@ -419,8 +427,10 @@ static void units_give(struct span_segment *s, unsigned u, unsigned k, bool keep
         os_purge(unit_addr(s, u), (size_t)k << SPAN_UNIT_SHIFT);
         os_purge_flush();
         s->dirty &= ~mk;
+        s->whole &= ~mk;
     } else {
         cached_add(k);
+        s->whole = whole ? s->whole | mk : s->whole & ~mk;
     }
     s->free |= mk;
     live -= k;
@@ -463,8 +473,9 @@ void *span_take(size_t bytes, size_t clear_from, size_t clear_to, void **hdr)
         p.u = 1;
         p.clean = k;
     }
-    uint64_t dirty = 0;
+    uint64_t dirty = 0, whole = 0;
     if (p.s) {
+        whole = p.s->whole & units_mask(p.u, k);
         dirty = units_take(p.s, p.u, k);
         __atomic_store_n(&p.s->starts, p.s->starts | (uint64_t)1 << p.u, __ATOMIC_RELAXED);
         if (p.clean)
@@ -477,7 +488,11 @@ void *span_take(size_t bytes, size_t clear_from, size_t clear_to, void **hdr)
     /* Only the run's owner reads it until it is freed (the freeing thread
      * got the pointer from this one). */
     size_t bytes_run = (size_t)k << SPAN_UNIT_SHIFT;
-    p.s->seen[p.u] = (uint16_t)(dirty ? run_resident(unit_addr(p.s, p.u), bytes_run) : 0);
+    /* What was resident: nothing on clean units; on dirty ones known
+     * resident whole, all of it; else the kernel says (mincore, 0.5-4 us:
+     * a block reused in a loop paid it on every malloc). */
+    p.s->seen[p.u] = (uint16_t)(dirty == whole ? units_count(whole) * (SPAN_UNIT / OS_PAGE)
+                                               : run_resident(unit_addr(p.s, p.u), bytes_run));
     units_clear(p.s, p.u, dirty, clear_from, clear_to);
     *hdr = p.s->hdr[p.u - 1];
     return unit_addr(p.s, p.u);
@@ -493,7 +508,7 @@ void span_give(void *run, size_t bytes)
     bool keep = large_arming_free(&arming);
     lock_take(&span_lock);
     __atomic_store_n(&s->starts, s->starts & ~((uint64_t)1 << u), __ATOMIC_RELAXED);
-    units_give(s, u, k, keep, &gone);
+    units_give(s, u, k, keep, after >= pages, &gone);
     bool moved = gate_note(before, after, pages);
     lock_give(&span_lock);
     unmap_retired(gone);
@@ -516,7 +531,7 @@ bool span_resize(void *run, size_t old_bytes, size_t new_bytes)
     bool done = true;
     lock_take(&span_lock);
     if (kn < ko) {
-        units_give(s, u + kn, ko - kn, keep, &gone);
+        units_give(s, u + kn, ko - kn, keep, false, &gone);
         if (s->seen[u] > kn * (SPAN_UNIT / OS_PAGE))
             s->seen[u] = (uint16_t)(kn * (SPAN_UNIT / OS_PAGE));
     } else {
