@@ -443,8 +443,8 @@ static void *large_span_realloc(struct large_header *h, size_t size)
      * from there on, instead of being copied again at each step and at
      * SPAN_MAX (bufgrow, doubling to 8 MiB: 0.126 s against 0.092 before
      * spans). Grown once, as a server's request buffer that outgrew its
-     * guess, it stays a span block, and so does a second growth below that
-     * size (span.h says why). */
+     * guess, it stays a span block, and so does any later growth below
+     * that size (span.h says why). */
     bool again = new_run > old_run && (h->flags & LARGE_GROWN) && new_run >= SPAN_REGROW_MAX;
     if (!again && new_run <= SPAN_MAX && span_resize(run, old_run, new_run)) {
         h->map_size = new_run;

@@ -19,7 +19,8 @@
 #define LARGE_GUARD 0x2   /* secure mode: the mapping ends in a PROT_NONE page */
 #define LARGE_SPAN  0x4   /* a run of a shared span segment (span.h), no mapping */
 /* Grown by realloc (from a class block, or a span block once): a span
- * block that grows again leaves for a mapping of its own. */
+ * block that grows again to SPAN_REGROW_MAX or more leaves for a mapping
+ * of its own. */
 #define LARGE_GROWN 0x8
 #define LARGE_ZERO  0x100 /* large_alloc: the block must read as zero */
 

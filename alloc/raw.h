@@ -73,7 +73,8 @@ static inline bool raw_realloc_stays(size_t usable, size_t size)
  * KiB more a round; bufgrow in docs/benchmarks.md). glibc's realloc maps
  * blocks that size too, its mmap threshold rising only with what a
  * program frees. So does any block realloc grows past init_large_from()
- * (a span run, marked LARGE_GROWN: its next growth maps). Returns that
+ * (a span run, marked LARGE_GROWN: its next growth to SPAN_REGROW_MAX or
+ * more maps). Returns that
  * block, or NULL when the rule does not apply or the mapping was refused:
  * the caller allocates as before. */
 #define RAW_GROWN_LARGE (256u * 1024u)
