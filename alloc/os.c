@@ -359,16 +359,26 @@ void os_counters_read(struct os_counters *out)
     out->purged_bytes = atomic_load(&bytes_purged);
 }
 
-size_t os_resident(void *p, size_t size)
+size_t os_resident_per(void *p, size_t size, size_t chunk, uint8_t *counts)
 {
     unsigned char vec[1024];
-    size_t pages = size / OS_PAGE, resident = 0;
+    size_t pages = size / OS_PAGE, per = chunk / OS_PAGE, resident = 0;
+    if (counts)
+        memset(counts, 0, pages / per);
     for (size_t done = 0; done < pages; done += sizeof vec) {
         size_t n = pages - done < sizeof vec ? pages - done : sizeof vec;
         if (mincore((char *)p + done * OS_PAGE, n * OS_PAGE, vec) != 0)
-            return resident;
-        for (size_t i = 0; i < n; i++)
+            break;
+        for (size_t i = 0; i < n; i++) {
             resident += vec[i] & 1;
+            if (counts)
+                counts[(done + i) / per] += vec[i] & 1;
+        }
     }
     return resident * OS_PAGE;
+}
+
+size_t os_resident(void *p, size_t size)
+{
+    return os_resident_per(p, size, size, NULL);
 }

@@ -109,6 +109,10 @@ HIDDEN void os_wake(_Atomic uint32_t *word);
 /* Bytes of [p, p + size) resident in RAM (mincore): statistics, and the
  * span gate's measure (span.c). */
 HIDDEN size_t os_resident(void *p, size_t size);
+/* The same, and in counts[i] the pages resident in the i-th `chunk`
+ * bytes (chunk a multiple of OS_PAGE, at most 255 pages; size a multiple
+ * of chunk). */
+HIDDEN size_t os_resident_per(void *p, size_t size, size_t chunk, uint8_t *counts);
 
 
 #endif

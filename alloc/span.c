@@ -57,16 +57,18 @@ struct span_segment {
     uint64_t magic;
     uint64_t free;          /* units in no live run */
     uint64_t dirty;         /* units maybe resident: written since mapped or purged */
-    /* Free units known resident whole: freed by a run that was resident
-     * whole, and not purged since. A run taken from them needs no
+    /* Dirty units whose res[] is current: set when a run measures its
+     * units (mincore) or takes them; a run taken from known units needs no
      * mincore to learn what was resident (span_take). */
-    uint64_t whole;
+    uint64_t known;
     uint64_t freed_at;      /* ms of the last free into it: the list's order */
     struct span_segment *prev, *next;   /* the open list, while it has a free unit */
     struct span_segment *fprev, *fnext; /* fits[longest], while it has a free unit */
     uint64_t starts;        /* units a live run starts at */
     unsigned longest;       /* its longest free run, in units */
     uint16_t seen[SPAN_UNITS];          /* pages resident when the run at u was taken */
+    uint8_t res[SPAN_UNITS];            /* unit u's pages resident when last measured;
+                                           0 while it is clean */
     /* The block header of the run at unit u (large.c's) in hdr[u - 1]:
      * with them, the whole header is one OS page, so a new segment costs
      * one fault, not one a block. */
@@ -178,10 +180,21 @@ static bool gate_note(unsigned before, unsigned after, unsigned pages)
     return true;
 }
 
-/* Pages of [p, p + size) resident. */
-static unsigned run_resident(void *p, size_t size)
+/* Pages resident in the k units at u of s, measured (mincore) into
+ * res[]. Callers: the run's owner (its res[] is its own while it lives). */
+static unsigned run_measure(struct span_segment *s, unsigned u, unsigned k)
 {
-    return (unsigned)(os_resident(p, size) / OS_PAGE);
+    return (unsigned)(os_resident_per(unit_addr(s, u), (size_t)k << SPAN_UNIT_SHIFT, SPAN_UNIT,
+                                      &s->res[u]) / OS_PAGE);
+}
+
+/* The same from res[], where every dirty unit of the run is known. */
+static unsigned run_sum(const struct span_segment *s, unsigned u, unsigned k)
+{
+    unsigned n = 0;
+    for (unsigned i = u; i < u + k; i++)
+        n += s->res[i];
+    return n;
 }
 
 bool span_gate(void)
@@ -323,7 +336,8 @@ static bool purge_segment(struct span_segment *s, unsigned want)
     while ((!want || done < want) && units_next_run(&m, &u, &len)) {
         os_purge(unit_addr(s, u), (size_t)len << SPAN_UNIT_SHIFT);
         s->dirty &= ~units_mask(u, len);
-        s->whole &= ~units_mask(u, len);
+        s->known &= ~units_mask(u, len);
+        memset(&s->res[u], 0, len);
         done += len;
     }
     cached_add(-(long)done);
@@ -387,7 +401,8 @@ static struct span_segment *segment_map(void)
     s->magic = SPAN_MAGIC;
     s->free = ALL_FREE;
     s->dirty = 1;
-    s->whole = 0;
+    s->known = 0;
+    memset(s->res, 0, sizeof s->res);
     s->freed_at = os_now_ms();
     s->starts = 0;
     segmap_set_range(s, SEGMENT_SIZE, TAG_LARGE, TAG_LARGE);
@@ -405,7 +420,6 @@ static uint64_t units_take(struct span_segment *s, unsigned u, unsigned k)
         empties_add(-1);
     s->free &= ~mk;
     s->dirty |= mk;
-    s->whole &= ~mk;
     live += k;
     cached_add(-(long)units_count(was));
     if (!s->free)
@@ -416,10 +430,10 @@ static uint64_t units_take(struct span_segment *s, unsigned u, unsigned k)
 
 /* Frees k live units at u of s (the run's new length at its start, if
  * any, is the caller's): kept resident when the program reuses large
- * blocks, else purged. `whole`: the caller knows them resident whole. A
- * segment left with no live run and nothing resident is retired past
+ * blocks, else purged. `measured`: the caller just measured their res[].
+ * A segment left with no live run and nothing resident is retired past
  * SPAN_EMPTY_KEEP such. */
-static void units_give(struct span_segment *s, unsigned u, unsigned k, bool keep, bool whole,
+static void units_give(struct span_segment *s, unsigned u, unsigned k, bool keep, bool measured,
                        struct span_segment **gone)
 {
     uint64_t mk = units_mask(u, k);
@@ -427,10 +441,12 @@ static void units_give(struct span_segment *s, unsigned u, unsigned k, bool keep
         os_purge(unit_addr(s, u), (size_t)k << SPAN_UNIT_SHIFT);
         os_purge_flush();
         s->dirty &= ~mk;
-        s->whole &= ~mk;
+        s->known &= ~mk;
+        memset(&s->res[u], 0, k);
     } else {
         cached_add(k);
-        s->whole = whole ? s->whole | mk : s->whole & ~mk;
+        if (measured)
+            s->known |= mk;
     }
     s->free |= mk;
     live -= k;
@@ -473,10 +489,11 @@ void *span_take(size_t bytes, size_t clear_from, size_t clear_to, void **hdr)
         p.u = 1;
         p.clean = k;
     }
-    uint64_t dirty = 0, whole = 0;
+    uint64_t dirty = 0, unknown = 0;
     if (p.s) {
-        whole = p.s->whole & units_mask(p.u, k);
+        unknown = p.s->dirty & ~p.s->known & units_mask(p.u, k);
         dirty = units_take(p.s, p.u, k);
+        p.s->known |= units_mask(p.u, k);     /* res[] is filled in below */
         __atomic_store_n(&p.s->starts, p.s->starts | (uint64_t)1 << p.u, __ATOMIC_RELAXED);
         if (p.clean)
             fit_peak();
@@ -487,12 +504,11 @@ void *span_take(size_t bytes, size_t clear_from, size_t clear_to, void **hdr)
         return NULL;
     /* Only the run's owner reads it until it is freed (the freeing thread
      * got the pointer from this one). */
-    size_t bytes_run = (size_t)k << SPAN_UNIT_SHIFT;
-    /* What was resident: nothing on clean units; on dirty ones known
-     * resident whole, all of it; else the kernel says (mincore, 0.5-4 us:
-     * a block reused in a loop paid it on every malloc). */
-    p.s->seen[p.u] = (uint16_t)(dirty == whole ? units_count(whole) * (SPAN_UNIT / OS_PAGE)
-                                               : run_resident(unit_addr(p.s, p.u), bytes_run));
+    /* What was resident: nothing on clean units (res[] 0), what each known
+     * unit measured last; when any unit is not known, the kernel says
+     * (mincore, 0.5-4 us: a block reused in a loop paid it on every
+     * malloc). */
+    p.s->seen[p.u] = (uint16_t)(unknown ? run_measure(p.s, p.u, k) : run_sum(p.s, p.u, k));
     units_clear(p.s, p.u, dirty, clear_from, clear_to);
     *hdr = p.s->hdr[p.u - 1];
     return unit_addr(p.s, p.u);
@@ -503,12 +519,14 @@ void span_give(void *run, size_t bytes)
     struct span_segment *s = segment_of_run(run), *gone = NULL;
     unsigned u = unit_of(run), k = (unsigned)(bytes >> SPAN_UNIT_SHIFT);
     unsigned pages = (unsigned)(bytes / OS_PAGE), before = s->seen[u];
-    /* Nothing to learn (and no system call) when the run was resident whole. */
-    unsigned after = before + 16 > pages ? before : run_resident(run, bytes);
+    /* Nothing to learn (and no system call) when the run was resident
+     * whole or nearly: its units keep what the take measured. */
+    bool measured = before + 16 <= pages;
+    unsigned after = measured ? run_measure(s, u, k) : before;
     bool keep = large_arming_free(&arming);
     lock_take(&span_lock);
     __atomic_store_n(&s->starts, s->starts & ~((uint64_t)1 << u), __ATOMIC_RELAXED);
-    units_give(s, u, k, keep, after >= pages, &gone);
+    units_give(s, u, k, keep, measured, &gone);
     bool moved = gate_note(before, after, pages);
     lock_give(&span_lock);
     unmap_retired(gone);
