@@ -1,6 +1,6 @@
 /*
  * span.h - large blocks under 1 MiB (grown, up to half a segment), and
- * while the gate is open those above 128 KiB, carved from shared span
+ * while the gate is open those above 64 KiB, carved from shared span
  * segments in 64 KiB units.
  *
  * A block of 512 KiB-2 MiB on a mapping of its own sat alone in a 4 MiB
@@ -64,11 +64,17 @@
 #define SPAN_REGROW_MAX ((size_t)512 << 10)
 /* While the gate is open (span_gate), requests above this, below the mmap
  * threshold too, are span blocks instead of medium blocks: medium blocks
- * of 128-512 KiB live in their classes' pages, so a freed one serves only
+ * of 64-512 KiB live in their classes' pages, so a freed one serves only
  * its class, and a server's buffers of sizes that differ round to round
  * faulted in most of a round afresh (bufcycle: 0.41 s and 76.6 MiB
- * against 0.20 s and 65 MiB this way; tcmalloc 0.207 s). */
-#define SPAN_MIN        ((size_t)128 << 10)
+ * against 0.20 s and 65 MiB this way; tcmalloc 0.207 s). From 128 KiB
+ * down to 64: 500 live buffers of 32-128 KiB grown twice (bufregrow)
+ * 0.32 -> 0.26 s and 221 -> 183 MiB, since the first growth's freed
+ * blocks now serve the second; 1,000 live 65-80 KB blocks replaced at
+ * random 4.55 -> 4.30 us an op at 90 -> 82 MiB (glibc 79), once a take
+ * needed no mincore (span.c's res[]). A run rounds a block up to whole
+ * units, but a unit past what blocks write stays untouched. */
+#define SPAN_MIN        ((size_t)64 << 10)
 
 /* Bytes of a run's header slot. */
 #define SPAN_HEADER     48

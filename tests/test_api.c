@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include "tally.h"
 #include "../alloc/sizeclass.h"
+#include "../alloc/span.h"
 
 static void fill(unsigned char *p, size_t n, unsigned seed)
 {
@@ -57,9 +58,9 @@ Test(api, a_block_is_its_class_or_a_lending_neighbour)
         unsigned reach = c >= SIZECLASS_BORROW_FIRST && c < NUM_SMALL_CLASSES
                              ? SIZECLASS_BORROW_REACH : 0;
         unsigned end = c < NUM_SMALL_CLASSES ? NUM_SMALL_CLASSES : NUM_CLASSES;
-        /* Above 128 KiB, a span block while the span gate is open: whole
+        /* Above SPAN_MIN, a span block while the span gate is open: whole
          * 64 KiB units (alloc/span.h). */
-        int ok = n > (128u << 10) && u >= n && u - n < (64u << 10);
+        int ok = n > SPAN_MIN && u >= n && u - n < SPAN_UNIT;
         for (unsigned k = 0; k <= reach && c + k < end; k++)
             ok |= u == sizeclass_block_size[c + k];
         cr_assert(ok, "size %zu (class of %u B) usable %zu", n, sizeclass_block_size[c], u);
@@ -370,7 +371,7 @@ Test(api, mallopt_mmap_threshold_and_others)
     free(p);
     cr_assert_eq(mallopt(M_MMAP_THRESHOLD, 512 * 1024), 1);
     tally_stats_get(&before);
-    p = malloc(100 * 1024);
+    p = malloc(60 * 1024);      /* below the threshold and SPAN_MIN: a class block */
     tally_stats_get(&after);
     cr_assert_eq(after.large_count, before.large_count);
     free(p);

@@ -114,7 +114,7 @@ static void free_into_unassigned_page(void *arg)
 static void free_into_medium_header(void *arg)
 {
     (void)arg;
-    uintptr_t b = (uintptr_t)malloc(100000);
+    uintptr_t b = (uintptr_t)malloc(60000);      /* medium: below SPAN_MIN */
     char *volatile p = (char *)((b & ~(uintptr_t)((4u << 20) - 1)) + (32u << 10));
     free(p);
 }
