@@ -31,16 +31,18 @@ static struct tally_stats stats(void)
 }
 
 /* Two large blocks freed in a row arm the keeping of freed blocks (the
- * large cache's rule, which spans follow). */
-static void arm(void)
+ * large cache's rule, which spans follow); each 600 KiB, written to n. */
+static void arm_written(size_t n)
 {
     char *a = malloc(600u << 10), *b = malloc(600u << 10);
     cr_assert(a && b);
-    memset(a, 1, 600u << 10);
-    memset(b, 1, 600u << 10);
+    memset(a, 1, n);
+    memset(b, 1, n);
     free(a);
     free(b);
 }
+
+static void arm(void) { arm_written(600u << 10); }
 
 static char *written(size_t n, int byte)
 {
@@ -216,45 +218,40 @@ Test(span, a_span_block_grown_past_the_span_limit_keeps_its_bytes)
     free(p);
 }
 
-Test(span, a_dense_block_reused_in_a_loop_asks_the_kernel_nothing)
+/* mincore calls over N rounds of one block of `size` bytes, written to
+ * `written`, allocated and freed. */
+enum { REUSE_ROUNDS = 200 };
+static long mincore_calls_reusing(size_t size, size_t written)
 {
-    /* A run freed resident whole is known resident whole: taking it again
-     * needs no mincore (it took one per malloc, 0.5-4 us). */
-    arm();
-    enum { N = 200, SIZE = 300u << 10 };
     long before = mincore_calls;
-    for (int i = 0; i < N; i++) {
-        char *p = malloc(SIZE);
+    for (int i = 0; i < REUSE_ROUNDS; i++) {
+        char *p = malloc(size);
         cr_assert_not_null(p);
-        memset(p, i, SIZE);
+        memset(p, i, written);
         free(p);
     }
-    long calls = mincore_calls - before;
-    cr_assert_lt(calls, N / 10, "%ld mincore calls for %d mallocs", calls, N);
+    return mincore_calls - before;
+}
+
+Test(span, a_dense_block_reused_in_a_loop_asks_the_kernel_nothing)
+{
+    /* Each unit keeps the pages its last measure found resident: taking
+     * them again needs no mincore (it took one per malloc, 0.5-4 us). */
+    arm();
+    long calls = mincore_calls_reusing(300u << 10, 300u << 10);
+    cr_assert_lt(calls, REUSE_ROUNDS / 10, "%ld mincore calls for %d mallocs", calls,
+                 REUSE_ROUNDS);
 }
 
 Test(span, a_partly_written_block_reused_in_a_loop_asks_the_kernel_once)
 {
-    /* Each unit keeps the pages its last measure found resident, so a run
-     * taken from units that are resident in part needs no mincore either
-     * (with a mark for units resident whole alone, each take here asked).
-     * The arming blocks write half of their runs, so no unit is whole. */
-    char *a = malloc(600u << 10), *b = malloc(600u << 10);
-    cr_assert(a && b);
-    memset(a, 1, 300u << 10);
-    memset(b, 1, 300u << 10);
-    free(a);
-    free(b);
-    enum { N = 200, SIZE = 300u << 10, WRITTEN = 270u << 10 };
-    long before = mincore_calls;
-    for (int i = 0; i < N; i++) {
-        char *p = malloc(SIZE);
-        cr_assert_not_null(p);
-        memset(p, i, WRITTEN);
-        free(p);
-    }
-    long calls = mincore_calls - before;
-    cr_assert_lt(calls, N / 10, "%ld mincore calls for %d mallocs", calls, N);
+    /* So a run taken from units resident in part needs none either (with a
+     * mark for units resident whole alone, each take here asked). The
+     * arming blocks write half of their runs, so no unit is whole. */
+    arm_written(300u << 10);
+    long calls = mincore_calls_reusing(300u << 10, 270u << 10);
+    cr_assert_lt(calls, REUSE_ROUNDS / 10, "%ld mincore calls for %d mallocs", calls,
+                 REUSE_ROUNDS);
 }
 
 Test(span, calloc_of_reused_units_is_zero)
