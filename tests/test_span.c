@@ -306,10 +306,16 @@ Test(span, malloc_trim_gives_free_span_segments_back)
     cr_assert_leq(stats().mapped_bytes + (8u << 20), before, "span segments stayed mapped");
     cr_assert_lt(rss_kib(), rss - 8 * 1024, "their pages stayed resident");
     /* Unmapped, not kept in the heaps' segment cache: malloc_trim retires
-     * them before it releases that cache. */
-    unsigned char vec;
-    void *page = (void *)((uintptr_t)v[0] & ~(uintptr_t)4095);
-    cr_assert_eq(mincore(page, 4096, &vec), -1, "the first block's segment is still mapped");
+     * them before it releases that cache. Not every one of them: another
+     * live span block (a 64 KiB+ buffer of the test harness's, say) keeps
+     * its segment mapped, so any of the blocks' segments will do. */
+    int unmapped = 0;
+    for (int i = 0; i < N; i++) {
+        unsigned char vec;
+        void *page = (void *)((uintptr_t)v[i] & ~(uintptr_t)4095);
+        unmapped += mincore(page, 4096, &vec) == -1;
+    }
+    cr_assert_gt(unmapped, 0, "every block's segment is still mapped");
 }
 
 static void *churn_spans(void *arg)
