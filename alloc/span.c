@@ -57,18 +57,15 @@ struct span_segment {
     uint64_t magic;
     uint64_t free;          /* units in no live run */
     uint64_t dirty;         /* units maybe resident: written since mapped or purged */
-    /* Dirty units whose res[] is current: set when a run measures its
-     * units (mincore) or takes them; a run taken from known units needs no
-     * mincore to learn what was resident (span_take). */
-    uint64_t known;
     uint64_t freed_at;      /* ms of the last free into it: the list's order */
     struct span_segment *prev, *next;   /* the open list, while it has a free unit */
     struct span_segment *fprev, *fnext; /* fits[longest], while it has a free unit */
     uint64_t starts;        /* units a live run starts at */
     unsigned longest;       /* its longest free run, in units */
-    uint16_t seen[SPAN_UNITS];          /* pages resident when the run at u was taken */
-    uint8_t res[SPAN_UNITS];            /* unit u's pages resident when last measured;
-                                           0 while it is clean */
+    /* Unit u's pages resident when a run last measured it (mincore, at a
+     * free), 0 while it is clean: what a run taken from it finds resident,
+     * without a system call (span_take, span_give). */
+    uint8_t res[SPAN_UNITS];
     /* The block header of the run at unit u (large.c's) in hdr[u - 1]:
      * with them, the whole header is one OS page, so a new segment costs
      * one fault, not one a block. */
@@ -188,7 +185,7 @@ static unsigned run_measure(struct span_segment *s, unsigned u, unsigned k)
                                       &s->res[u]) / OS_PAGE);
 }
 
-/* The same from res[], where every dirty unit of the run is known. */
+/* The same from res[], as last measured. */
 static unsigned run_sum(const struct span_segment *s, unsigned u, unsigned k)
 {
     unsigned n = 0;
@@ -336,7 +333,6 @@ static bool purge_segment(struct span_segment *s, unsigned want)
     while ((!want || done < want) && units_next_run(&m, &u, &len)) {
         os_purge(unit_addr(s, u), (size_t)len << SPAN_UNIT_SHIFT);
         s->dirty &= ~units_mask(u, len);
-        s->known &= ~units_mask(u, len);
         memset(&s->res[u], 0, len);
         done += len;
     }
@@ -401,7 +397,6 @@ static struct span_segment *segment_map(void)
     s->magic = SPAN_MAGIC;
     s->free = ALL_FREE;
     s->dirty = 1;
-    s->known = 0;
     memset(s->res, 0, sizeof s->res);
     s->freed_at = os_now_ms();
     s->starts = 0;
@@ -430,10 +425,9 @@ static uint64_t units_take(struct span_segment *s, unsigned u, unsigned k)
 
 /* Frees k live units at u of s (the run's new length at its start, if
  * any, is the caller's): kept resident when the program reuses large
- * blocks, else purged. `measured`: the caller just measured their res[].
- * A segment left with no live run and nothing resident is retired past
- * SPAN_EMPTY_KEEP such. */
-static void units_give(struct span_segment *s, unsigned u, unsigned k, bool keep, bool measured,
+ * blocks, else purged. A segment left with no live run and nothing
+ * resident is retired past SPAN_EMPTY_KEEP such. */
+static void units_give(struct span_segment *s, unsigned u, unsigned k, bool keep,
                        struct span_segment **gone)
 {
     uint64_t mk = units_mask(u, k);
@@ -441,12 +435,9 @@ static void units_give(struct span_segment *s, unsigned u, unsigned k, bool keep
         os_purge(unit_addr(s, u), (size_t)k << SPAN_UNIT_SHIFT);
         os_purge_flush();
         s->dirty &= ~mk;
-        s->known &= ~mk;
         memset(&s->res[u], 0, k);
     } else {
         cached_add(k);
-        if (measured)
-            s->known |= mk;
     }
     s->free |= mk;
     live -= k;
@@ -489,11 +480,9 @@ void *span_take(size_t bytes, size_t clear_from, size_t clear_to, void **hdr)
         p.u = 1;
         p.clean = k;
     }
-    uint64_t dirty = 0, unknown = 0;
+    uint64_t dirty = 0;
     if (p.s) {
-        unknown = p.s->dirty & ~p.s->known & units_mask(p.u, k);
         dirty = units_take(p.s, p.u, k);
-        p.s->known |= units_mask(p.u, k);     /* res[] is filled in below */
         __atomic_store_n(&p.s->starts, p.s->starts | (uint64_t)1 << p.u, __ATOMIC_RELAXED);
         if (p.clean)
             fit_peak();
@@ -502,13 +491,8 @@ void *span_take(size_t bytes, size_t clear_from, size_t clear_to, void **hdr)
     lock_give(&span_lock);
     if (!p.s)
         return NULL;
-    /* Only the run's owner reads it until it is freed (the freeing thread
-     * got the pointer from this one). */
-    /* What was resident: nothing on clean units (res[] 0), what each known
-     * unit measured last; when any unit is not known, the kernel says
-     * (mincore, 0.5-4 us: a block reused in a loop paid it on every
-     * malloc). */
-    p.s->seen[p.u] = (uint16_t)(unknown ? run_measure(p.s, p.u, k) : run_sum(p.s, p.u, k));
+    /* Outside the lock: only the run's owner touches it until it is freed
+     * (the freeing thread got the pointer from this one). */
     units_clear(p.s, p.u, dirty, clear_from, clear_to);
     *hdr = p.s->hdr[p.u - 1];
     return unit_addr(p.s, p.u);
@@ -518,15 +502,17 @@ void span_give(void *run, size_t bytes)
 {
     struct span_segment *s = segment_of_run(run), *gone = NULL;
     unsigned u = unit_of(run), k = (unsigned)(bytes >> SPAN_UNIT_SHIFT);
-    unsigned pages = (unsigned)(bytes / OS_PAGE), before = s->seen[u];
-    /* Nothing to learn (and no system call) when the run was resident
-     * whole or nearly: its units keep what the take measured. */
-    bool measured = before + 16 <= pages;
-    unsigned after = measured ? run_measure(s, u, k) : before;
+    /* What was resident when the run was taken is what its units measured
+     * last: a take asks no system call (a mincore there cost a block
+     * reused in a loop 0.5-4 us a malloc). Nothing to learn (and no call)
+     * when the run was resident whole or nearly: the units keep their
+     * counts. */
+    unsigned pages = (unsigned)(bytes / OS_PAGE), before = run_sum(s, u, k);
+    unsigned after = before + 16 > pages ? before : run_measure(s, u, k);
     bool keep = large_arming_free(&arming);
     lock_take(&span_lock);
     __atomic_store_n(&s->starts, s->starts & ~((uint64_t)1 << u), __ATOMIC_RELAXED);
-    units_give(s, u, k, keep, measured, &gone);
+    units_give(s, u, k, keep, &gone);
     bool moved = gate_note(before, after, pages);
     lock_give(&span_lock);
     unmap_retired(gone);
@@ -549,9 +535,7 @@ bool span_resize(void *run, size_t old_bytes, size_t new_bytes)
     bool done = true;
     lock_take(&span_lock);
     if (kn < ko) {
-        units_give(s, u + kn, ko - kn, keep, false, &gone);
-        if (s->seen[u] > kn * (SPAN_UNIT / OS_PAGE))
-            s->seen[u] = (uint16_t)(kn * (SPAN_UNIT / OS_PAGE));
+        units_give(s, u + kn, ko - kn, keep, &gone);
     } else {
         uint64_t grow = units_mask(u + ko, kn - ko);
         bool faults = (s->dirty & grow) != grow;
@@ -562,8 +546,7 @@ bool span_resize(void *run, size_t old_bytes, size_t new_bytes)
             done = !warm.s || warm.clean;   /* a resident run takes it whole: a copy beats faults */
         }
         if (done) {
-            uint64_t was = units_take(s, u + ko, kn - ko);
-            s->seen[u] = (uint16_t)(s->seen[u] + units_count(was) * (SPAN_UNIT / OS_PAGE));
+            units_take(s, u + ko, kn - ko);
             if (faults)
                 fit_peak();
         }
