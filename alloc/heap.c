@@ -270,35 +270,33 @@ static void heap_free_returned(struct heap *h, struct block *b)
  * take it from the freeing thread's core: that stall was 65% of the drain
  * in prodcons. PREFETCHW is asked of the CPU once (CPUID traps to the
  * hypervisor in a VM, so never per drain); without it, the plain one. */
-#if defined(__x86_64__)
-static int prefetchw_state;     /* 0: not asked yet, 1: the CPU has it, 2: not */
-
 static bool cpu_has_prefetchw(void)
 {
-    int s = __atomic_load_n(&prefetchw_state, __ATOMIC_RELAXED);
+#if defined(__x86_64__)
+    static int state;           /* 0: not asked yet, 1: the CPU has it, 2: not */
+    int s = __atomic_load_n(&state, __ATOMIC_RELAXED);
     if (unlikely(!s)) {
         unsigned a, b, c, d;
         s = __get_cpuid(0x80000001, &a, &b, &c, &d) && (c & bit_PRFCHW) ? 1 : 2;
-        __atomic_store_n(&prefetchw_state, s, __ATOMIC_RELAXED);
+        __atomic_store_n(&state, s, __ATOMIC_RELAXED);
     }
     return s == 1;
+#else
+    return false;
+#endif
 }
 
 static ALWAYS_INLINE void prefetch_for_write(const void *p, bool w)
 {
-    if (w)
+#if defined(__x86_64__)
+    if (w) {
         __asm__("prefetchw %0" : : "m"(*(const char *)p));
-    else
-        __builtin_prefetch(p, 1);
-}
-#else
-static bool cpu_has_prefetchw(void) { return false; }
-static ALWAYS_INLINE void prefetch_for_write(const void *p, bool w)
-{
+        return;
+    }
+#endif
     (void)w;
     __builtin_prefetch(p, 1);
 }
-#endif
 
 /* Takes every block other threads freed into h and frees it locally:
  * whole transfer buffers (independent loads), then the rare chain of
