@@ -1,22 +1,25 @@
 /*
- * span.c - span segments: runs of 64 KiB units for large blocks up to
+ * span.c - span segments: runs of 16 KiB units for large blocks up to
  * half a segment (see the header), and the gate that says whether the
  * program's blocks are worth serving from them.
  *
- * One lock over all of it: a request here writes hundreds of KiB, so a
- * lock is noise beside it. Every segment with a free unit is on the open
- * list, the one freed into last at its head (expiry and the peak rule
- * take the oldest first), and filed under fits[] by its longest free run
- * (a request weighs a few that fit). A segment's state is three words of
- * units, free, dirty (written since it was mapped or last purged) and
- * run starts, then each run's block header and the pages resident when
- * it was taken (the gate's measure), all in its first page.
+ * One lock over all of it: a request here writes tens to hundreds of
+ * KiB, so a short lock is noise beside it. Every segment with a free unit
+ * is on the open list, the one freed into last at its head (expiry and
+ * the peak rule take the oldest first), and filed under fits[] by its
+ * longest free run (a request weighs a few that fit). A segment's state,
+ * in unit 0, is its unit maps (unitmap.h: free, dirty = written since it
+ * was mapped or last purged, run starts), the pages each unit had
+ * resident when last measured (the gate's measure), and a header slot
+ * for each live run.
  *
  * Units are purged with the lock held, and the purges flushed before it
  * is given back (os.h's batches): once it is, another thread may take
  * and write them.
  */
+#define _GNU_SOURCE             /* the adaptive mutex */
 #include "span.h"
+#include "unitmap.h"
 #include "segment.h"
 #include "os.h"
 #include "lock.h"
@@ -28,7 +31,7 @@
 #include <string.h>
 
 #define SPAN_MAGIC 0x7a115ba115e6ULL
-#define ALL_FREE   (~(uint64_t)1)       /* units 1..63: unit 0 is the header's */
+#define FREE_MAX   (SPAN_UNITS - 1)     /* unit 0 is the header's */
 
 /* The peak rule's slack: cached and live units may pass the live peak by
  * this fraction of it. A round's blocks reuse the units the last round
@@ -55,31 +58,48 @@
 
 struct span_segment {
     uint64_t magic;
-    uint64_t free;          /* units in no live run */
-    uint64_t dirty;         /* units maybe resident: written since mapped or purged */
     uint64_t freed_at;      /* ms of the last free into it: the list's order */
     struct span_segment *prev, *next;   /* the open list, while it has a free unit */
     struct span_segment *fprev, *fnext; /* fits[longest], while it has a free unit */
-    uint64_t starts;        /* units a live run starts at */
+    unsigned nfree;         /* units in `free` */
     unsigned longest;       /* its longest free run, in units */
+    /* A request weighs a segment by these two, in one cache line. */
+    _Alignas(64) struct unitmap free;   /* units in no live run */
+    struct unitmap dirty;   /* units maybe resident: written since mapped or purged */
+    struct unitmap starts;  /* units a live run starts at */
+    struct unitmap slots;   /* header slots in use */
     /* Unit u's pages resident when a run last measured it (mincore, at a
      * free), 0 while it is clean: what a run taken from it finds resident,
      * without a system call (span_take, span_give). */
     uint8_t res[SPAN_UNITS];
-    /* The block header of the run at unit u (large.c's) in hdr[u - 1]:
-     * with them, the whole header is one OS page, so a new segment costs
-     * one fault, not one a block. */
+    /* The header slot of the live run at unit u, and the unit of the run
+     * whose header is in slot i. */
+    uint8_t slot_of[SPAN_UNITS], unit_of_slot[SPAN_UNITS];
+    /* The block headers (large.c's), out of band in unit 0, a slot a live
+     * run. A run takes the lowest free slot: the slots span 3 pages, and
+     * a slot a unit put 8 blocks of 500 KB on all of them (3 faults a
+     * segment); the first 60 or so runs share the fields' page. */
     _Alignas(8) unsigned char hdr[SPAN_UNITS - 1][SPAN_HEADER];
 };
-_Static_assert(sizeof(struct span_segment) <= OS_PAGE, "a span header is one page");
+_Static_assert(sizeof(struct span_segment) <= SPAN_UNIT, "a span header fits in unit 0");
+_Static_assert(SPAN_UNITS == UNITMAP_BITS, "a unitmap has a bit a unit");
 
-static pthread_mutex_t span_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Adaptive: it spins a while before it sleeps. Every thread's span block
+ * takes it twice, for a few hundred nanoseconds each time, so a waiter
+ * that slept paid a context switch for it: two threads replacing live
+ * 64-128 KiB blocks at random switched 14,800 times in 0.87 s; spinning,
+ * 0.61 s (glibc, with an arena each, 0.48). */
+static pthread_mutex_t span_lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
 static struct span_segment *open_head, *open_tail;
 /* The segments with a free unit again, by their longest free run: a
  * request looks at a few of those that fit, not at every header (1,000
  * live 500 KB blocks left 143 segments with 7 free units each, and a walk
  * of them all put latency-touch's median malloc at 2.9 us). */
 static struct span_segment *fits[SPAN_UNITS];
+/* The lengths whose fits[] list is not empty: a request finds the next
+ * one up in a few words, not by walking up to 255 lists (a fresh
+ * segment's is the last). */
+static struct unitmap fits_held;
 /* Segments a request weighs before it takes the best of them. */
 #define PICK_LOOK 8
 /* Units in live runs, free and dirty units (resident, cached), and the
@@ -88,26 +108,6 @@ static struct span_segment *fits[SPAN_UNITS];
 static size_t live, cached, peak;
 static unsigned empties;        /* segments with no live run */
 static struct large_arming arming;
-
-static inline uint64_t units_mask(unsigned u, unsigned k)
-{
-    return (((uint64_t)1 << k) - 1) << u;     /* k <= 63 */
-}
-
-static inline unsigned units_count(uint64_t m) { return (unsigned)__builtin_popcountll(m); }
-
-/* Takes the lowest run of set bits off *m: its first bit in *u and its
- * length in *len; false when *m has none. */
-static inline bool units_next_run(uint64_t *m, unsigned *u, unsigned *len)
-{
-    if (!*m)
-        return false;
-    *u = (unsigned)__builtin_ctzll(*m);
-    uint64_t rest = ~(*m >> *u);
-    *len = rest ? (unsigned)__builtin_ctzll(rest) : 64 - *u;
-    *m &= ~units_mask(*u, *len);
-    return true;
-}
 
 static struct span_segment *segment_of_run(const void *p)
 {
@@ -158,14 +158,14 @@ static unsigned probe;
 #define GATE_SHUT_BELOW 64      /* a quarter of the pages */
 #define GATE_OPEN_FROM  192     /* three quarters */
 #define GATE_PROBE      16      /* shut, one request in this many still comes */
+#define GATE_FRESH_MIN  16      /* pages a run must find fresh to be noted */
 
 /* Notes a freed block's run of `pages`: `before` were resident when it
  * was taken, `after` now. Called with the lock held; true when the gate
  * moved (the caller tells malloc's lanes once the lock is given back). */
 static bool gate_note(unsigned before, unsigned after, unsigned pages)
 {
-    enum { UNIT_PAGES = SPAN_UNIT / OS_PAGE };
-    if (before > pages || pages - before < UNIT_PAGES)
+    if (before > pages || pages - before < GATE_FRESH_MIN)
         return false;           /* too little was fresh to tell */
     unsigned fresh = pages - before, wrote = after > before ? after - before : 0;
     unsigned share = (wrote > fresh ? fresh : wrote) * 256 / fresh;
@@ -241,26 +241,34 @@ static void open_push(struct span_segment *s)
 
 /* ---- choosing a run (lock held) ----------------------------------------- */
 
-static unsigned longest_run(uint64_t m)
+static unsigned longest_run(const struct unitmap *m)
 {
-    unsigned best = 0, u, len;
-    while (units_next_run(&m, &u, &len))
+    unsigned best = 0, len;
+    for (unsigned u = 0; unitmap_next_run(m, &u, &len); u += len)
         best = len > best ? len : best;
     return best;
 }
 
-/* Files s under fits[] by its longest free run (none when full, or when
- * `gone`). */
-static void fits_update(struct span_segment *s, bool gone)
+/* The free run that holds unit u (free), in units. */
+static unsigned run_around(const struct span_segment *s, unsigned u)
 {
-    unsigned now = gone ? 0 : longest_run(s->free);
+    unsigned start = (unsigned)(unitmap_find_back(&s->free, u, false) + 1);
+    return unitmap_find(&s->free, u, false) - start;
+}
+
+/* Files s under fits[] by `now`, its longest free run (under none when 0:
+ * full, or retired). Takes and gives keep it without a walk of every run
+ * where they can: a give's joined run is the new longest or not, and a
+ * take changes it only when it took from a run that long. */
+static void fits_file(struct span_segment *s, unsigned now)
+{
     if (now == s->longest)
         return;
     if (s->longest) {
         if (s->fprev)
             s->fprev->fnext = s->fnext;
-        else
-            fits[s->longest] = s->fnext;
+        else if (!(fits[s->longest] = s->fnext))
+            unitmap_clear(&fits_held, s->longest, 1);
         if (s->fnext)
             s->fnext->fprev = s->fprev;
     }
@@ -272,6 +280,7 @@ static void fits_update(struct span_segment *s, bool gone)
         if (fits[now])
             fits[now]->fprev = s;
         fits[now] = s;
+        unitmap_set(&fits_held, now, 1);
     }
 }
 
@@ -282,7 +291,7 @@ struct span_pick { struct span_segment *s; unsigned u, clean, len; };
 static void pick_weigh(struct span_pick *best, struct span_segment *s, unsigned u, unsigned k,
                        unsigned len)
 {
-    unsigned clean = k - units_count(s->dirty & units_mask(u, k));
+    unsigned clean = k - unitmap_count(&s->dirty, u, k);
     if (!best->s || clean < best->clean || (clean == best->clean && len < best->len))
         *best = (struct span_pick){ s, u, clean, len };
 }
@@ -291,10 +300,12 @@ static void pick_weigh(struct span_pick *best, struct span_segment *s, unsigned 
  * (no unit to fault, no unit to spare). */
 static bool pick_in(struct span_pick *best, struct span_segment *s, unsigned k)
 {
-    unsigned u, len;
-    for (uint64_t m = s->free; units_next_run(&m, &u, &len);) {
-        if (len < k)
-            continue;
+    /* Only the runs of k or more: a fragmented segment has dozens of
+     * shorter ones, and this runs under the lock. */
+    struct unitmap fit = unitmap_runs_of(&s->free, k);
+    unsigned n;
+    for (unsigned u = 0; unitmap_next_run(&fit, &u, &n); u += n) {
+        unsigned len = n + k - 1;
         pick_weigh(best, s, u, k, len);
         if (len > k)
             pick_weigh(best, s, u + len - k, k, len);
@@ -312,7 +323,8 @@ static struct span_pick pick_run(unsigned k)
 {
     struct span_pick best = { 0 };
     unsigned looked = 0;
-    for (unsigned longest = k; longest < SPAN_UNITS && looked < PICK_LOOK; longest++)
+    for (unsigned longest = k; (longest = unitmap_find(&fits_held, longest, true)) < SPAN_UNITS &&
+                               looked < PICK_LOOK; longest++)
         for (struct span_segment *s = fits[longest]; s && looked < PICK_LOOK; s = s->fnext) {
             looked++;
             if (pick_in(&best, s, k))
@@ -327,12 +339,11 @@ static struct span_pick pick_run(unsigned k)
  * them when want is 0); whether it purged any. */
 static bool purge_segment(struct span_segment *s, unsigned want)
 {
-    unsigned done = 0;
-    uint64_t m = s->free & s->dirty;
-    unsigned u, len;
-    while ((!want || done < want) && units_next_run(&m, &u, &len)) {
+    unsigned done = 0, len;
+    struct unitmap m = unitmap_and(&s->free, &s->dirty);
+    for (unsigned u = 0; (!want || done < want) && unitmap_next_run(&m, &u, &len); u += len) {
         os_purge(unit_addr(s, u), (size_t)len << SPAN_UNIT_SHIFT);
-        s->dirty &= ~units_mask(u, len);
+        unitmap_clear(&s->dirty, u, len);
         memset(&s->res[u], 0, len);
         done += len;
     }
@@ -344,10 +355,11 @@ static bool purge_segment(struct span_segment *s, unsigned want)
  * to be unmapped once the lock is given back. */
 static void segment_retire(struct span_segment *s, struct span_segment **gone)
 {
-    cached_add(-(long)units_count(s->dirty & s->free));
+    struct unitmap m = unitmap_and(&s->dirty, &s->free);
+    cached_add(-(long)unitmap_count(&m, 0, SPAN_UNITS));
     empties_add(-1);
     open_remove(s);
-    fits_update(s, true);
+    fits_file(s, 0);
     segmap_set_range(s, SEGMENT_SIZE, TAG_NONE, TAG_NONE);
     s->magic = 0;
     s->next = *gone;
@@ -395,31 +407,38 @@ static struct span_segment *segment_map(void)
     s->prev = s->next = s->fprev = s->fnext = NULL;
     s->longest = 0;
     s->magic = SPAN_MAGIC;
-    s->free = ALL_FREE;
-    s->dirty = 1;
+    memset(&s->free, 0, sizeof s->free);
+    memset(&s->dirty, 0, sizeof s->dirty);
+    memset(&s->starts, 0, sizeof s->starts);
+    memset(&s->slots, 0, sizeof s->slots);
+    unitmap_set(&s->free, 1, FREE_MAX);
+    unitmap_set(&s->dirty, 0, 1);
+    s->nfree = FREE_MAX;
     memset(s->res, 0, sizeof s->res);
     s->freed_at = os_now_ms();
-    s->starts = 0;
     segmap_set_range(s, SEGMENT_SIZE, TAG_LARGE, TAG_LARGE);
     open_push(s);
-    fits_update(s, false);
+    fits_file(s, FREE_MAX);
     empties_add(1);
     return s;
 }
 
 /* Marks k units at u of s live; returns those that were dirty. */
-static uint64_t units_take(struct span_segment *s, unsigned u, unsigned k)
+static struct unitmap units_take(struct span_segment *s, unsigned u, unsigned k)
 {
-    uint64_t mk = units_mask(u, k), was = s->dirty & mk;
-    if (s->free == ALL_FREE)
+    struct unitmap was = unitmap_range(&s->dirty, u, k);
+    bool longest = run_around(s, u) >= s->longest;
+    if (s->nfree == FREE_MAX)
         empties_add(-1);
-    s->free &= ~mk;
-    s->dirty |= mk;
+    unitmap_clear(&s->free, u, k);
+    unitmap_set(&s->dirty, u, k);
+    s->nfree -= k;
     live += k;
-    cached_add(-(long)units_count(was));
-    if (!s->free)
+    cached_add(-(long)unitmap_count(&was, u, k));
+    if (!s->nfree)
         open_remove(s);
-    fits_update(s, false);
+    if (longest)
+        fits_file(s, longest_run(&s->free));
     return was;
 }
 
@@ -430,34 +449,54 @@ static uint64_t units_take(struct span_segment *s, unsigned u, unsigned k)
 static void units_give(struct span_segment *s, unsigned u, unsigned k, bool keep,
                        struct span_segment **gone)
 {
-    uint64_t mk = units_mask(u, k);
     if (!keep) {
         os_purge(unit_addr(s, u), (size_t)k << SPAN_UNIT_SHIFT);
         os_purge_flush();
-        s->dirty &= ~mk;
+        unitmap_clear(&s->dirty, u, k);
         memset(&s->res[u], 0, k);
     } else {
         cached_add(k);
     }
-    s->free |= mk;
+    unitmap_set(&s->free, u, k);
+    s->nfree += k;
     live -= k;
     s->freed_at = os_now_ms();
     open_push(s);
-    fits_update(s, false);
-    if (s->free != ALL_FREE)
+    unsigned joined = run_around(s, u);
+    if (joined > s->longest)
+        fits_file(s, joined);
+    if (s->nfree != FREE_MAX)
         return;
     empties_add(1);
-    if (!(s->dirty & ALL_FREE) && empties > SPAN_EMPTY_KEEP)
+    if (!unitmap_count(&s->dirty, 1, FREE_MAX) && empties > SPAN_EMPTY_KEEP)
         segment_retire(s, gone);
 }
 
+/* Gives the run starting at unit u of s the lowest free header slot (one
+ * is: a live run has at least a unit) and marks u a start, last: free()
+ * may read the slot once the bit is set. */
+static unsigned slot_take(struct span_segment *s, unsigned u)
+{
+    unsigned slot = unitmap_find(&s->slots, 0, false);
+    unitmap_set(&s->slots, slot, 1);
+    s->slot_of[u] = (uint8_t)slot;
+    s->unit_of_slot[slot] = (uint8_t)u;
+    unitmap_store_bit(&s->starts, u, true);
+    return slot;
+}
+
+static void slot_give(struct span_segment *s, unsigned u)
+{
+    unitmap_store_bit(&s->starts, u, false);
+    unitmap_clear(&s->slots, s->slot_of[u], 1);
+}
+
 /* Clears [from, to) of the run at u, where its units were dirty. */
-static void units_clear(struct span_segment *s, unsigned u, uint64_t dirty, size_t from,
-                        size_t to)
+static void units_clear(struct span_segment *s, unsigned u, const struct unitmap *dirty,
+                        size_t from, size_t to)
 {
     char *run = unit_addr(s, u);
-    while (dirty && from < to) {
-        unsigned d = (unsigned)__builtin_ctzll(dirty);
+    for (unsigned d = u; from < to && (d = unitmap_find(dirty, d, true)) < SPAN_UNITS; d++) {
         size_t lo = (size_t)(d - u) << SPAN_UNIT_SHIFT, hi = lo + SPAN_UNIT;
         lo = lo > from ? lo : from;
         hi = hi < to ? hi : to;
@@ -465,7 +504,6 @@ static void units_clear(struct span_segment *s, unsigned u, uint64_t dirty, size
             os_mark_defined(run + lo, hi - lo);
             memset(run + lo, 0, hi - lo);
         }
-        dirty &= dirty - 1;
     }
 }
 
@@ -480,10 +518,11 @@ void *span_take(size_t bytes, size_t clear_from, size_t clear_to, void **hdr)
         p.u = 1;
         p.clean = k;
     }
-    uint64_t dirty = 0;
+    struct unitmap dirty = { 0 };
+    unsigned slot = 0;
     if (p.s) {
         dirty = units_take(p.s, p.u, k);
-        __atomic_store_n(&p.s->starts, p.s->starts | (uint64_t)1 << p.u, __ATOMIC_RELAXED);
+        slot = slot_take(p.s, p.u);
         if (p.clean)
             fit_peak();
     }
@@ -493,8 +532,8 @@ void *span_take(size_t bytes, size_t clear_from, size_t clear_to, void **hdr)
         return NULL;
     /* Outside the lock: only the run's owner touches it until it is freed
      * (the freeing thread got the pointer from this one). */
-    units_clear(p.s, p.u, dirty, clear_from, clear_to);
-    *hdr = p.s->hdr[p.u - 1];
+    units_clear(p.s, p.u, &dirty, clear_from, clear_to);
+    *hdr = p.s->hdr[slot];
     return unit_addr(p.s, p.u);
 }
 
@@ -511,7 +550,7 @@ void span_give(void *run, size_t bytes)
     unsigned after = before + 16 > pages ? before : run_measure(s, u, k);
     bool keep = large_arming_free(&arming);
     lock_take(&span_lock);
-    __atomic_store_n(&s->starts, s->starts & ~((uint64_t)1 << u), __ATOMIC_RELAXED);
+    slot_give(s, u);
     units_give(s, u, k, keep, &gone);
     bool moved = gate_note(before, after, pages);
     lock_give(&span_lock);
@@ -537,9 +576,8 @@ bool span_resize(void *run, size_t old_bytes, size_t new_bytes)
     if (kn < ko) {
         units_give(s, u + kn, ko - kn, keep, &gone);
     } else {
-        uint64_t grow = units_mask(u + ko, kn - ko);
-        bool faults = (s->dirty & grow) != grow;
-        if ((s->free & grow) != grow) {
+        bool faults = !unitmap_all(&s->dirty, u + ko, kn - ko);
+        if (!unitmap_all(&s->free, u + ko, kn - ko)) {
             done = false;
         } else if (faults) {
             struct span_pick warm = pick_run(kn);
@@ -566,16 +604,16 @@ void *span_header_at(const void *p)
 {
     struct span_segment *s = segment_of_run(p);
     unsigned u = unit_of(p);
-    if (u == 0 || !(__atomic_load_n(&s->starts, __ATOMIC_RELAXED) >> u & 1))
+    if (u == 0 || !unitmap_load_bit(&s->starts, u))
         return NULL;
-    return s->hdr[u - 1];
+    return s->hdr[s->slot_of[u]];
 }
 
 void *span_run_of(const void *hdr)
 {
     struct span_segment *s = segment_of_run(hdr);
-    size_t u = (size_t)((const unsigned char *)hdr - &s->hdr[0][0]) / SPAN_HEADER + 1;
-    return unit_addr(s, (unsigned)u);
+    size_t slot = (size_t)((const unsigned char *)hdr - &s->hdr[0][0]) / SPAN_HEADER;
+    return unit_addr(s, s->unit_of_slot[slot]);
 }
 
 bool span_expire(bool all)
@@ -594,7 +632,7 @@ bool span_expire(bool all)
         if (!all && now - s->freed_at < LARGE_CACHE_EXPIRE_MS)
             break;          /* the rest were freed into later */
         purged |= purge_segment(s, 0);
-        if (s->free == ALL_FREE)
+        if (s->nfree == FREE_MAX)
             segment_retire(s, &gone);
         s = prev;
     }
@@ -620,6 +658,6 @@ void span_fork_prepare(void) { pthread_mutex_lock(&span_lock); }
 void span_fork_parent(void) { pthread_mutex_unlock(&span_lock); }
 void span_fork_child(void)
 {
-    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_t fresh = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
     span_lock = fresh;
 }

@@ -59,7 +59,7 @@ Test(api, a_block_is_its_class_or_a_lending_neighbour)
                              ? SIZECLASS_BORROW_REACH : 0;
         unsigned end = c < NUM_SMALL_CLASSES ? NUM_SMALL_CLASSES : NUM_CLASSES;
         /* Above SPAN_MIN, a span block while the span gate is open: whole
-         * 64 KiB units (alloc/span.h). */
+         * units (alloc/span.h). */
         int ok = n > SPAN_MIN && u >= n && u - n < SPAN_UNIT;
         for (unsigned k = 0; k <= reach && c + k < end; k++)
             ok |= u == sizeclass_block_size[c + k];

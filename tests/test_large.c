@@ -477,8 +477,8 @@ Test(large, a_growing_realloc_stays_in_a_bigger_mapping)
 /* A block that realloc grows twice goes to a mapping of its own, below
  * the mmap threshold too, so later growth moves page tables or stays put
  * instead of copying: a medium block of 256 KiB or more at its first
- * growth (raw.h, RAW_GROWN_LARGE), a span block at its second (large.c,
- * LARGE_GROWN). With the block left in a medium class, the 2 MiB step
+ * growth (raw.h, RAW_GROWN_LARGE), a span block at a later one that
+ * reaches SPAN_REGROW_MAX (large.c, LARGE_GROWN). With the block left in a medium class, the 2 MiB step
  * copied it into a new mapping: another pointer and no mremap. */
 Test(large, a_block_grown_twice_by_realloc_moves_to_its_own_mapping)
 {
@@ -489,10 +489,11 @@ Test(large, a_block_grown_twice_by_realloc_moves_to_its_own_mapping)
     unsigned char *q = realloc(p, b);
     cr_assert_not_null(q);
     cr_assert_geq(malloc_usable_size(q), b);
-    /* The second growth, below the threshold: a mapping from here on
-     * (before, raw realloc moved a large block of up to 512 KiB into a
-     * new block: a copy, and with the rule above another mapping). */
-    unsigned char *m = realloc(q, 480u << 10);
+    /* The second growth, below the threshold but to SPAN_REGROW_MAX or
+     * more: a mapping from here on (before, raw realloc moved a large
+     * block of up to 512 KiB into a new block: a copy, and with the rule
+     * above another mapping). */
+    unsigned char *m = realloc(q, 520u << 10);
     cr_assert_not_null(m);
     q = m;
     struct tally_stats before = stats();

@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include "tally.h"
+#include "../alloc/span.h"
 
 /* Every mincore call in this test binary, tally's included: this
  * definition interposes on libc's (the library calls it through its PLT),
@@ -113,10 +114,12 @@ Test(span, a_few_blocks_of_random_sizes_churn_without_faulting_their_pages_again
 Test(span, freed_neighbours_join_for_a_bigger_block)
 {
     /* Three 300 KiB blocks side by side in a fresh segment, freed: one run,
-     * which a 900 KiB request takes where the first one was. */
+     * which a 900 KiB request takes where the first one was. Each run is
+     * the block in whole units, no more. */
     char *a = written(300u << 10, 1), *b = written(300u << 10, 2), *c = written(300u << 10, 3);
-    cr_assert_eq(b - a, (ptrdiff_t)(320u << 10), "b follows a (%p, %p)", (void *)a, (void *)b);
-    cr_assert_eq(c - b, (ptrdiff_t)(320u << 10), "c follows b (%p, %p)", (void *)b, (void *)c);
+    ptrdiff_t run = (ptrdiff_t)span_run_size(300u << 10);
+    cr_assert_eq(b - a, run, "b follows a (%p, %p)", (void *)a, (void *)b);
+    cr_assert_eq(c - b, run, "c follows b (%p, %p)", (void *)b, (void *)c);
     free(a);
     free(b);
     free(c);
@@ -125,6 +128,26 @@ Test(span, freed_neighbours_join_for_a_bigger_block)
                  (void *)a);
     memset(d, 4, 900u << 10);
     free(d);
+}
+
+Test(span, a_run_rounds_its_block_up_to_16_kib_at_most)
+{
+    /* Runs round blocks up to whole units, resident once the units served
+     * another block: with 64 KiB units, 500 live buffers of 128-512 KiB
+     * held 15 MiB more than they asked for. Blocks of 70,000 B take 80 KiB
+     * runs (128 KiB in 64 KiB units). */
+    enum { N = 8 };
+    size_t n = 70000;
+    struct tally_stats before = stats();
+    char *v[N];
+    for (int i = 0; i < N; i++)
+        v[i] = written(n, i + 1);
+    struct tally_stats after = stats();
+    cr_assert_eq(after.large_count, before.large_count + N, "70,000 B blocks were no span blocks");
+    uint64_t run = (after.large_bytes - before.large_bytes) / N;
+    cr_assert_leq(run, n + (16u << 10), "a 70,000 B block took a run of %" PRIu64 " B", run);
+    for (int i = 0; i < N; i++)
+        free(v[i]);
 }
 
 Test(span, a_block_grows_into_the_free_units_after_it)

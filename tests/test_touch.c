@@ -87,7 +87,8 @@ Test(touch, a_new_medium_segment_faults_one_header_page)
      * segments. The header's fields, shapes and first descriptors share
      * one OS page, and a fresh mapping's zeros are not written again:
      * one fault per segment (two when the shapes sat past the descriptors
-     * and every slice's descriptor was written). */
+     * and every slice's descriptor was written; three with span header
+     * slots a unit each, spread over three pages). */
     long inside = faults_inside_malloc(500000, 70);
     cr_assert_leq(inside, 13, "70 mallocs of 500,000 B took %ld faults", inside);
 }

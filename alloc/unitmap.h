@@ -1,0 +1,168 @@
+/*
+ * unitmap.h - a bitmap with one bit per span unit of a segment (span.h):
+ * which units are free, dirty, or start a live run. span.c's only view of
+ * bits; everything here is inline and takes ranges [u, u + k).
+ *
+ * A segment has more units than a word has bits (16 KiB units: 256), so a
+ * range or a run may cross words: each operation walks the words the
+ * range touches, a handful at most. Runs of set bits are what span.c
+ * looks for (a free run to take, a dirty run to purge), so a search for
+ * the next set or clear bit from a position is the primitive.
+ */
+#ifndef TALLY_UNITMAP_H
+#define TALLY_UNITMAP_H
+
+#include "internal.h"
+
+#define UNITMAP_BITS  256u
+#define UNITMAP_WORDS (UNITMAP_BITS / 64)
+
+struct unitmap {
+    uint64_t w[UNITMAP_WORDS];
+};
+
+/* The bits of word i that lie in [u, end). */
+static inline uint64_t unitmap_part(unsigned i, unsigned u, unsigned end)
+{
+    unsigned lo = i * 64, hi = lo + 64;
+    lo = u > lo ? u : lo;
+    hi = end < hi ? end : hi;
+    if (lo >= hi)
+        return 0;
+    unsigned top = hi - i * 64;         /* 1..64 */
+    uint64_t below = top == 64 ? ~(uint64_t)0 : ((uint64_t)1 << top) - 1;
+    return below & (~(uint64_t)0 << (lo & 63));
+}
+
+static inline void unitmap_set(struct unitmap *m, unsigned u, unsigned k)
+{
+    for (unsigned i = u / 64; i * 64 < u + k; i++)
+        m->w[i] |= unitmap_part(i, u, u + k);
+}
+
+static inline void unitmap_clear(struct unitmap *m, unsigned u, unsigned k)
+{
+    for (unsigned i = u / 64; i * 64 < u + k; i++)
+        m->w[i] &= ~unitmap_part(i, u, u + k);
+}
+
+/* Set bits in [u, u + k). */
+static inline unsigned unitmap_count(const struct unitmap *m, unsigned u, unsigned k)
+{
+    unsigned n = 0;
+    for (unsigned i = u / 64; i * 64 < u + k; i++)
+        n += (unsigned)__builtin_popcountll(m->w[i] & unitmap_part(i, u, u + k));
+    return n;
+}
+
+static inline bool unitmap_all(const struct unitmap *m, unsigned u, unsigned k)
+{
+    return unitmap_count(m, u, k) == k;
+}
+
+static inline bool unitmap_test(const struct unitmap *m, unsigned u)
+{
+    return m->w[u / 64] >> (u & 63) & 1;
+}
+
+/* The first unit at or after `from` whose bit is `set`, or UNITMAP_BITS. */
+static inline unsigned unitmap_find(const struct unitmap *m, unsigned from, bool set)
+{
+    for (unsigned i = from / 64; i < UNITMAP_WORDS; i++) {
+        uint64_t w = set ? m->w[i] : ~m->w[i];
+        if (i == from / 64)
+            w &= ~(uint64_t)0 << (from & 63);
+        if (w)
+            return i * 64 + (unsigned)__builtin_ctzll(w);
+    }
+    return UNITMAP_BITS;
+}
+
+/* The last unit at or before `from` whose bit is `set`, or -1. */
+static inline int unitmap_find_back(const struct unitmap *m, unsigned from, bool set)
+{
+    for (int i = (int)(from / 64); i >= 0; i--) {
+        uint64_t w = set ? m->w[i] : ~m->w[i];
+        if (i == (int)(from / 64) && (from & 63) != 63)
+            w &= ((uint64_t)2 << (from & 63)) - 1;
+        if (w)
+            return i * 64 + 63 - __builtin_clzll(w);
+    }
+    return -1;
+}
+
+/* The next run of set bits at or after *u: its first unit in *u and its
+ * length in *len; false when there is none. The caller steps past it
+ * with *u += *len. */
+static inline bool unitmap_next_run(const struct unitmap *m, unsigned *u, unsigned *len)
+{
+    if (*u >= UNITMAP_BITS)
+        return false;
+    unsigned start = unitmap_find(m, *u, true);
+    if (start >= UNITMAP_BITS)
+        return false;
+    *u = start;
+    *len = unitmap_find(m, start, false) - start;
+    return true;
+}
+
+static inline struct unitmap unitmap_and(const struct unitmap *a, const struct unitmap *b)
+{
+    struct unitmap r;
+    for (unsigned i = 0; i < UNITMAP_WORDS; i++)
+        r.w[i] = a->w[i] & b->w[i];
+    return r;
+}
+
+/* The bits of a in [u, u + k) alone. */
+static inline struct unitmap unitmap_range(const struct unitmap *a, unsigned u, unsigned k)
+{
+    struct unitmap r;
+    for (unsigned i = 0; i < UNITMAP_WORDS; i++)
+        r.w[i] = a->w[i] & unitmap_part(i, u, u + k);
+    return r;
+}
+
+/* m shifted toward unit 0 by n < UNITMAP_BITS: bit u of the result is
+ * bit u + n of m. */
+static inline struct unitmap unitmap_shift_down(const struct unitmap *m, unsigned n)
+{
+    struct unitmap r;
+    unsigned words = n / 64, bits = n & 63;
+    for (unsigned i = 0; i < UNITMAP_WORDS; i++) {
+        uint64_t lo = i + words < UNITMAP_WORDS ? m->w[i + words] : 0;
+        uint64_t hi = i + words + 1 < UNITMAP_WORDS ? m->w[i + words + 1] : 0;
+        r.w[i] = bits ? lo >> bits | hi << (64 - bits) : lo;
+    }
+    return r;
+}
+
+/* The units at which a run of k (>= 1) set bits of m starts: a run of
+ * len >= k at u shows as the len - k + 1 bits from u. Doubling: after
+ * each step, bit u says the `have` bits from u are all set. */
+static inline struct unitmap unitmap_runs_of(const struct unitmap *m, unsigned k)
+{
+    struct unitmap r = *m;
+    for (unsigned have = 1; have < k;) {
+        unsigned step = have < k - have ? have : k - have;
+        struct unitmap s = unitmap_shift_down(&r, step);
+        r = unitmap_and(&r, &s);
+        have += step;
+    }
+    return r;
+}
+
+/* Unit u's bit, set or cleared with one relaxed store, read with one
+ * relaxed load: for `starts`, which free() reads without the lock. */
+static inline void unitmap_store_bit(struct unitmap *m, unsigned u, bool on)
+{
+    uint64_t bit = (uint64_t)1 << (u & 63), w = m->w[u / 64];
+    __atomic_store_n(&m->w[u / 64], on ? w | bit : w & ~bit, __ATOMIC_RELAXED);
+}
+
+static inline bool unitmap_load_bit(const struct unitmap *m, unsigned u)
+{
+    return __atomic_load_n(&m->w[u / 64], __ATOMIC_RELAXED) >> (u & 63) & 1;
+}
+
+#endif
