@@ -398,6 +398,7 @@ static void heap_sweep(struct heap *h, uint64_t now)
     h->trim_epoch = epoch;
     heap_send_home(h, delay != 0);
     heap_collect(h, now, delay);
+    span_keep_sweep(&h->keep, delay == 0);
     uint64_t interval = delay / SWEEP_DIVISOR;
     h->next_collect_ms = now + (interval ? interval : 1);
     heap_tidy_abandoned(now);
@@ -653,4 +654,5 @@ void heap_trim_other(struct heap *h, uint64_t now)
     purge_retired(h, now, 0, 0);
     os_purge_batch_close(&batch);
     heap_unlock_own(h);
+    span_keep_sweep(&h->keep, true);
 }

@@ -15,6 +15,7 @@
 
 #include "page.h"
 #include "sizeclass.h"
+#include "span_keep.h"
 
 #include <stdatomic.h>
 
@@ -62,6 +63,8 @@ struct heap {
      * Nothing else sets the current page while it is current and holds
      * any. */
     struct page kept[NUM_SMALL_CLASSES];
+    /* The thread's last freed span runs (span_keep.h). */
+    struct span_keep keep;
     /* Other threads' frees (remote.h): transfer buffers, and single blocks
      * when no buffer could be had. Their own cache line. */
     _Alignas(64) _Atomic(struct remote_buf *) remote_bufs;

@@ -91,6 +91,7 @@ static struct heap *heap_acquire(void)
         return NULL;
     tls_heap = h;
     tls_tag = h->tag;
+    span_keep_bind(&h->keep);
     /* May allocate for high key numbers; tls_heap is already usable. */
     pthread_setspecific(heap_key, h);
     return h;
@@ -129,6 +130,7 @@ void *heap_alloc_shared(enum shared_heap_id id, unsigned cls, bool exact)
  * each other, and the pool sweep purges them once purge_delay has passed. */
 static void heap_abandon(struct heap *h)
 {
+    span_keep_sweep(&h->keep, true);
     heap_tidy_own(h, os_now_ms(), init_purge_delay_ms());
     lock_take(&heap_lock);
     h->state = HEAP_ABANDONED;
@@ -260,6 +262,7 @@ void heap_thread_exit(void *arg)
     tls_heap = &heap_empty;
     tls_tag = TAG_EMPTY;
     tls_exited = true;
+    span_keep_bind(NULL);
     heap_abandon(arg);
     remote_thread_exit();       /* the drain above may have kept buffers */
 }
@@ -285,6 +288,7 @@ bool heap_trim(void)
     uint64_t now = os_now_ms();
     if (h != &heap_empty) {
         h->trim_epoch = atomic_load(&heap_trim_epoch);
+        span_keep_sweep(&h->keep, true);
         heap_tidy_own(h, now, 0);
     } else {
         remote_flush();         /* a thread that only frees */

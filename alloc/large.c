@@ -10,6 +10,7 @@
 #include "large_cache.h"
 #include "large_maps.h"
 #include "span.h"
+#include "span_keep.h"
 #include "init.h"
 
 #include <string.h>
@@ -174,11 +175,20 @@ static void *large_span_alloc(size_t size, size_t offset, size_t run_size, size_
 {
     bool zero = flags & LARGE_ZERO;
     void *slot;
-    char *run = span_take(run_size, zero ? offset : 0, zero ? offset + size : 0, &slot);
-    if (!run && (large_cache_expire(true) | span_expire(true)))   /* both give way */
+    char *run = span_keep_take(span_run_size(run_size));
+    if (run) {
+        slot = span_header_at(run);
+        if (zero) {
+            os_mark_defined(run + offset, size);
+            memset(run + offset, 0, size);
+        }
+    } else {
         run = span_take(run_size, zero ? offset : 0, zero ? offset + size : 0, &slot);
-    if (!run)
-        return NULL;
+        if (!run && (large_cache_expire(true) | span_expire(true)))   /* both give way */
+            run = span_take(run_size, zero ? offset : 0, zero ? offset + size : 0, &slot);
+        if (!run)
+            return NULL;
+    }
     /* Field by field: the slot has no room for `maps`. base_align keeps
      * the block's alignment: a move to a mapping needs it. */
     struct large_header *h = slot;
@@ -313,7 +323,8 @@ static void large_release(struct large_header *h)
     atomic_fetch_sub_explicit(&live_count, 1, memory_order_relaxed);
     large_count_bytes(h, -(uint64_t)map_size);
     if (h->flags & LARGE_SPAN) {
-        span_give(large_base(h), map_size);
+        if (!span_keep_put(large_base(h), map_size))
+            span_give(large_base(h), map_size);
         return;
     }
     large_untag(h);

@@ -33,11 +33,22 @@ static void *alloc_in_class(unsigned cls, bool exact)
     return p;
 }
 
+/* A thread whose requests are all large has no heap, and so no keep for
+ * the span runs it frees (span_keep.h): eight threads replacing blocks
+ * of 32-64 KiB, span blocks all, kept none. While threads wait for the
+ * span lock, such a thread takes one. */
+static void *large_alloc_keeping(size_t size, unsigned flags)
+{
+    if (unlikely(span_busy()) && tls_heap == &heap_empty)
+        heap_get();
+    return large_alloc(size, MIN_ALIGN, 0, flags);
+}
+
 void *raw_alloc(size_t size, size_t align)
 {
     if (align <= MIN_ALIGN) {
         if (size > init_large_from())
-            return large_alloc(size, MIN_ALIGN, 0, 0);
+            return large_alloc_keeping(size, 0);
         return alloc_in_class(sizeclass_of(size), false);
     }
     if (size > PTRDIFF_MAX - align)
@@ -50,7 +61,7 @@ void *raw_calloc(size_t size)
 {
     /* A fresh large mapping is already zero; large_alloc clears a warm one. */
     if (size > init_large_from())
-        return large_alloc(size, MIN_ALIGN, 0, LARGE_ZERO);
+        return large_alloc_keeping(size, LARGE_ZERO);
     /* So is a block carved from memory nothing wrote (page.h). */
     page_zero_block = NULL;
     void *p = alloc_in_class(sizeclass_of(size), false);

@@ -76,9 +76,14 @@
  * 0.32 -> 0.26 s and 221 -> 183 MiB, since the first growth's freed
  * blocks now serve the second; 1,000 live 65-80 KB blocks replaced at
  * random 4.55 -> 4.30 us an op at 90 -> 82 MiB (glibc 79), once a take
- * needed no mincore (span.c's res[]). A run rounds a block up to whole
- * units, but a unit past what blocks write stays untouched. */
-#define SPAN_MIN        ((size_t)64 << 10)
+ * needed no mincore (span.c's res[]). Down to 32 KiB once units were 16
+ * KiB and threads kept their freed runs (span_keep.h): bufregrow 0.25 ->
+ * 0.236 s and 170 -> 156 MiB (glibc 150), and two threads replacing
+ * 32-64 KiB blocks at random 17 -> 11 MiB of peak RSS, 0.38 -> 0.42 s
+ * (glibc 0.46 s, 9 MiB): a class block takes no lock. A run rounds a
+ * block up to whole units, but a unit past what blocks write stays
+ * untouched. */
+#define SPAN_MIN        ((size_t)32 << 10)
 
 /* Bytes of a run's header slot. */
 #define SPAN_HEADER     48
@@ -106,6 +111,8 @@ HIDDEN bool span_resize(void *run, size_t old_bytes, size_t new_bytes);
  * calls init_lanes_changed (malloc's medium lane follows it). */
 HIDDEN bool span_gate(void);
 HIDDEN bool span_wanted(void);
+/* Whether a thread waited for the span lock lately (span.c). */
+HIDDEN bool span_busy(void);
 /* Whether seg, a segment tagged TAG_LARGE, is a span segment. */
 HIDDEN bool span_is_segment(const void *seg);
 /* The header slot of the live run p's unit begins, or NULL: p lies in a

@@ -371,7 +371,7 @@ Test(api, mallopt_mmap_threshold_and_others)
     free(p);
     cr_assert_eq(mallopt(M_MMAP_THRESHOLD, 512 * 1024), 1);
     tally_stats_get(&before);
-    p = malloc(60 * 1024);      /* below the threshold and SPAN_MIN: a class block */
+    p = malloc(30 * 1024);      /* below the threshold and SPAN_MIN: a class block */
     tally_stats_get(&after);
     cr_assert_eq(after.large_count, before.large_count);
     free(p);

@@ -751,19 +751,20 @@ Test(large, malloc_trim_disarms_the_cache)
 
 Test(large, a_lowered_threshold_sends_a_medium_size_to_its_own_mapping)
 {
-    /* A freed 50,000 B block waits on its class's page, where malloc's
+    /* A freed 20,000 B block waits on its class's page, where malloc's
      * medium lane would pop it; past a lowered threshold the next request
-     * of that size must get a mapping of its own instead. */
-    void *p = malloc(50000);
+     * of that size must get a large block (a mapping or a span run)
+     * instead. */
+    void *p = malloc(20000);
     free(p);
     cr_assert_eq(tally_option_set("mmap_threshold", "16k"), 0);
     uint64_t before = stats().large_count;
-    void *q = malloc(50000);
+    void *q = malloc(20000);
     cr_assert_neq(q, p, "the medium block came back past the threshold");
     cr_assert_eq(stats().large_count, before + 1);
     free(q);
     cr_assert_eq(tally_option_set("mmap_threshold", "512k"), 0);
-    void *r = malloc(50000);
+    void *r = malloc(20000);
     cr_assert_eq(r, p, "below the threshold again, the freed medium block is reused");
     free(r);
 }

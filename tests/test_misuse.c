@@ -114,7 +114,7 @@ static void free_into_unassigned_page(void *arg)
 static void free_into_medium_header(void *arg)
 {
     (void)arg;
-    uintptr_t b = (uintptr_t)malloc(60000);      /* medium: below SPAN_MIN */
+    uintptr_t b = (uintptr_t)malloc(30000);      /* medium: below SPAN_MIN */
     char *volatile p = (char *)((b & ~(uintptr_t)((4u << 20) - 1)) + (32u << 10));
     free(p);
 }
@@ -134,7 +134,7 @@ Test(misuse, realloc_of_foreign_pointer) { expect_abort(realloc_foreign, "reallo
  * growth (a move), for a size the block already has (no move), and for a
  * medium block. The child runs the case set before it forks. */
 static const struct { size_t size, inside, new_size; } realloc_cases[] = {
-    { 100, 16, 300 }, { 100, 32, 60 }, { 50000, 4096, 60000 },
+    { 100, 16, 300 }, { 100, 32, 60 }, { 20000, 4096, 30000 },
 };
 static int realloc_case;
 
@@ -172,7 +172,7 @@ Test(misuse, realloc_inside_own_medium_block) { expect_realloc_inside_aborts(2);
 static void free_inside_medium(void *arg)
 {
     (void)arg;
-    char *volatile p = malloc(50000);
+    char *volatile p = malloc(20000);
     free(p + 4096);
 }
 
@@ -190,7 +190,7 @@ static void free_past_the_carved_medium_blocks(void *arg)
 static void double_free_medium(void *arg)
 {
     (void)arg;
-    void *volatile p = malloc(50000);
+    void *volatile p = malloc(20000);
     free(p);
     free(p);
 }

@@ -65,7 +65,7 @@ static void check_exhaust(size_t block)
 }
 
 Test(oom, small_blocks_under_rlimit_as, .timeout = 60) { check_exhaust(1000); }
-Test(oom, medium_blocks_under_rlimit_as, .timeout = 60) { check_exhaust(60000); }
+Test(oom, medium_blocks_under_rlimit_as, .timeout = 60) { check_exhaust(30000); }
 Test(oom, large_blocks_under_rlimit_as, .timeout = 60) { check_exhaust(3 << 20); }
 
 /* The large cache keeps freed blocks mapped, and so charged to RLIMIT_AS

@@ -240,7 +240,7 @@ Test(purge, empty_pages_are_purged_after_the_delay_without_trim)
 Test(purge, medium_blocks_are_returned_too)
 {
     size_t n;
-    void **v = build_peak(60000, &n);        /* below SPAN_MIN */
+    void **v = build_peak(30000, &n);        /* below SPAN_MIN */
     long full = rss_kib();
     free_all(v, n);
     malloc_trim(0);
@@ -684,13 +684,13 @@ Test(purge, a_freed_medium_block_keeps_its_pages_until_it_stays_free_from_one_lo
      * block a program reused within tens of ms faulted in again (mstress:
      * 35k faults a run against 5k). */
     cr_assert_eq(tally_option_set("purge_delay", "1000"), 0);
-    size_t n = 60000;           /* a medium block: below SPAN_MIN */
+    size_t n = 28672;           /* a medium block: below SPAN_MIN */
     char *keep = malloc(n), *p = malloc(n);
     cr_assert(keep && p);
     memset(keep, 1, n);
     memset(p, 2, n);
     int inside = resident_inside(p, n);
-    cr_assert_geq(inside, 13);
+    cr_assert_geq(inside, 6);
     free(p);
     allocate_for_ms(120);   /* two sweeps or more */
     cr_assert_eq(resident_inside(p, n), inside,
@@ -776,7 +776,7 @@ static void fast_path_only(size_t size)
 
 Test(purge, a_thread_on_the_fast_path_gives_back_what_it_freed, .timeout = 30)
 {
-    fast_path_only(60000);
+    fast_path_only(30000);
     fast_path_only(1000);
 }
 
@@ -881,10 +881,10 @@ Test(purge, a_sparse_page_is_purged_once_it_stays_sparse_to_the_next_sweep, .tim
 
 /* The medium-page cases: MEDIUM_N blocks of MEDIUM_SIZE beside one kept
  * block that keeps their page from retiring, with a short purge delay.
- * Below SPAN_MIN (64 KiB): above it, blocks are span blocks while the span
+ * Below SPAN_MIN (32 KiB): above it, blocks are span blocks while the span
  * gate is open (alloc/span.h). MEDIUM_PAGES: the OS pages checked past
  * each block's first. */
-enum { MEDIUM_N = 8, MEDIUM_SIZE = 60000, MEDIUM_PAGES = 12 };
+enum { MEDIUM_N = 8, MEDIUM_SIZE = 28672, MEDIUM_PAGES = 6 };
 
 static void *keep_a_medium_page(void)
 {

@@ -377,3 +377,54 @@ Test(span, a_child_forked_beside_a_thread_using_spans_can_use_them)
     stop = true;
     pthread_join(t, NULL);
 }
+
+/* Replaces 64 live blocks of 32-200 KiB at random, each filled with a
+ * byte of its own and checked before it goes. */
+static void *replace_checked(void *arg)
+{
+    uint64_t x = (uintptr_t)arg * 0x9e3779b97f4a7c15u + 1;
+    enum { LIVE = 64 };
+    unsigned char *v[LIVE] = { 0 };
+    size_t n[LIVE] = { 0 };
+    for (int i = 0; i < 6000; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        unsigned j = (unsigned)(x % LIVE);
+        if (v[j]) {
+            unsigned char b = (unsigned char)(j + 1);
+            if (v[j][0] != b || v[j][n[j] / 2] != b || v[j][n[j] - 1] != b)
+                return (void *)1;       /* another block took its run */
+            free(v[j]);
+        }
+        n[j] = (32u << 10) + (size_t)((x >> 16) % (168u << 10));
+        v[j] = malloc(n[j]);
+        if (!v[j])
+            return (void *)1;
+        memset(v[j], j + 1, n[j]);
+    }
+    for (unsigned j = 0; j < LIVE; j++)
+        free(v[j]);
+    return NULL;
+}
+
+Test(span, threads_that_wait_for_the_lock_keep_runs_and_give_them_back_at_exit)
+{
+    /* Four threads on span blocks wait for the span lock, so each keeps
+     * its last freed runs (span_keep.h): every block keeps its bytes, and
+     * once the threads are gone and malloc_trim ran, no kept run holds a
+     * segment mapped. */
+    uint64_t before = stats().mapped_bytes;
+    pthread_t t[4];
+    for (uintptr_t i = 0; i < 4; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, replace_checked, (void *)(i + 1)), 0);
+    for (int i = 0; i < 4; i++) {
+        void *bad;
+        pthread_join(t[i], &bad);
+        cr_assert_null(bad, "thread %d found a block overwritten", i);
+    }
+    malloc_trim(0);
+    uint64_t after = stats().mapped_bytes;
+    cr_assert_leq(after, before + (8u << 20), "mapped %llu -> %llu KiB after the threads left",
+                  (unsigned long long)before >> 10, (unsigned long long)after >> 10);
+}
