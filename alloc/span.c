@@ -40,16 +40,20 @@
  * faulted in again (0.30 s against 0.19, for 62.5 MiB of peak RSS against
  * 66.6 with an eighth). With the floor below, a sixteenth does as well as
  * an eighth did: 0.198 s against 0.216 and 63.4 MiB against 66.6 (glibc
- * 59.2; docs/benchmarks.md). */
-#define SPAN_PEAK_SLACK 16
-/* And at least a segment's worth of units: with a few live blocks the
+ * 59.2; docs/benchmarks.md). With 16 KiB units the fragments are smaller,
+ * and a thirty-second with half a segment's floor takes bufcycle from
+ * 64.9 to 62.8 MiB, at 2,969 faults a round against 2,685 (tcmalloc
+ * 2,747) and the same time. */
+#define SPAN_PEAK_SLACK 32
+/* And at least half a segment's worth of units: with a few live blocks the
  * fraction is a unit or two, and a block of another size found no resident
  * run long enough, took fresh units and purged others for them. Eight
  * live blocks of 256 KiB-1 MiB, touched and replaced at random (w_large
  * -b 1024): 14k faults and 0.17 s a run against tcmalloc's 3.4k and 0.04
  * s; with the floor 2.5k and 0.04 s, at 10.7 MiB of peak RSS against 9.8
- * (tcmalloc 16.2). */
-#define SPAN_SLACK_MIN  SPAN_UNITS
+ * (tcmalloc 16.2). With 16 KiB units, half a segment does as well: 0.014
+ * -> 0.012 s and 11.5 -> 10.2 MiB. */
+#define SPAN_SLACK_MIN  (SPAN_UNITS / 2)
 /* Segments with no live run kept mapped until they expire: one unmapped
  * as soon as its last run went, and mapped again by the next request,
  * cost a program whose live set swings (mstress) 1,800 mmap and munmap
@@ -58,9 +62,10 @@
 
 struct span_segment {
     /* The first cache line holds what a request's walk of fits[] reads of
-     * a segment it passes over (with free in a line of its own, 8 threads
-     * replacing 64-256 KiB blocks missed twice a segment, and spent 5% of
-     * their time picking runs under the lock). */
+     * each segment it weighs: the link and the free units. (With the free
+     * units in a line of their own, the time of 8 threads replacing 64-256
+     * KiB blocks was the same: most of pick_run's samples are that line's
+     * miss, wherever it lies.) */
     uint64_t magic;
     struct span_segment *fnext, *fprev; /* fits[longest], while it has a free unit */
     struct unitmap free;    /* units in no live run */
