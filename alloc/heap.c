@@ -654,5 +654,4 @@ void heap_trim_other(struct heap *h, uint64_t now)
     purge_retired(h, now, 0, 0);
     os_purge_batch_close(&batch);
     heap_unlock_own(h);
-    span_keep_sweep(&h->keep, true);
 }

@@ -70,9 +70,13 @@ static struct heap *heap_new(uint8_t state)
     struct heap *h = chunk_next++;
     chunk_left -= sizeof(struct heap);
     heap_clear_current(h);
-    h->tag = (uint16_t)++heap_count;
+    unsigned tag = heap_count + 1;
+    h->tag = (uint16_t)tag;
     h->state = state;
-    heap_table[h->tag] = h;
+    /* The entry before the count: heap_give_back_keeps reads both without
+     * the lock. */
+    __atomic_store_n(&heap_table[tag], h, __ATOMIC_RELEASE);
+    __atomic_store_n(&heap_count, tag, __ATOMIC_RELEASE);
     return h;
 }
 
@@ -177,6 +181,25 @@ static void heap_trim_others(uint64_t now, uint64_t idle)
     }
 }
 
+/* The span runs kept by the other threads' heaps idle for `idle` ms
+ * (every one when 0), given back. Not under heap_lock: fork takes the
+ * span lock before it, and span_give takes the span lock. The table only
+ * grows and a keep's slots are atomic, so no lock is needed to read them;
+ * a heap that changes hands meanwhile loses at most runs it would have
+ * reused. */
+static void heap_give_back_keeps(uint64_t now, uint64_t idle)
+{
+    unsigned count = __atomic_load_n(&heap_count, __ATOMIC_ACQUIRE);
+    for (unsigned t = 1; t <= count; t++) {
+        struct heap *o = __atomic_load_n(&heap_table[t], __ATOMIC_ACQUIRE);
+        if (!o)
+            continue;
+        uint64_t last = __atomic_load_n(&o->last_sweep_ms, __ATOMIC_RELAXED);
+        if (o != tls_heap && (idle == 0 || (last && last <= now && now - last >= idle)))
+            span_keep_sweep(&o->keep, true);
+    }
+}
+
 /* Parked heaps still receive remote frees; sweep them now and then, and
  * idle ones (above). */
 void heap_tidy_abandoned(uint64_t now)
@@ -193,6 +216,8 @@ void heap_tidy_abandoned(uint64_t now)
         heap_trim_others(now, heap_idle_ms());
     }
     lock_give(&heap_lock);
+    if (scan)
+        heap_give_back_keeps(now, heap_idle_ms());
 }
 
 /* Newest sweep time of an active heap. Precondition: heap_lock held. */
@@ -219,6 +244,7 @@ static uint64_t heap_tidy_process(uint64_t now, uint64_t delay, uint64_t idle, b
     uint64_t newest = heap_newest_sweep();
     heap_trim_others(now, idle);
     lock_give(&heap_lock);
+    heap_give_back_keeps(now, idle);
     for (int i = 0; i < SHARED_COUNT; i++) {
         if (wait)
             lock_take(&shared[i].lock);

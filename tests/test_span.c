@@ -428,3 +428,53 @@ Test(span, threads_that_wait_for_the_lock_keep_runs_and_give_them_back_at_exit)
     cr_assert_leq(after, before + (8u << 20), "mapped %llu -> %llu KiB after the threads left",
                   (unsigned long long)before >> 10, (unsigned long long)after >> 10);
 }
+
+struct trim_churn {
+    volatile bool stop;
+};
+
+static void *trim_loop(void *arg)
+{
+    struct trim_churn *c = arg;
+    while (!c->stop)
+        malloc_trim(0);
+    return NULL;
+}
+
+static void *replace_until_stopped(void *arg)
+{
+    struct trim_churn *c = arg;
+    char *v[16] = { 0 };
+    for (unsigned i = 0; !c->stop; i++) {
+        unsigned j = i % 16;
+        free(v[j]);
+        v[j] = malloc((40u << 10) + (i % 7) * (16u << 10));
+        if (v[j])
+            v[j][0] = 1;
+    }
+    for (unsigned j = 0; j < 16; j++)
+        free(v[j]);
+    return NULL;
+}
+
+static void child_exits(void *arg) { (void)arg; }
+
+Test(span, fork_beside_trims_of_kept_runs_does_not_deadlock, .timeout = 60)
+{
+    /* Threads on span blocks wait for the span lock, so they keep runs;
+     * malloc_trim gives back the other threads' kept runs, which takes the
+     * span lock. Done under the heap table's lock, it deadlocked against
+     * a fork, whose prepare handler takes the span lock first. */
+    struct trim_churn c = { false };
+    pthread_t t[3];
+    cr_assert_eq(pthread_create(&t[0], NULL, trim_loop, &c), 0);
+    cr_assert_eq(pthread_create(&t[1], NULL, replace_until_stopped, &c), 0);
+    cr_assert_eq(pthread_create(&t[2], NULL, replace_until_stopped, &c), 0);
+    for (int i = 0; i < 300; i++) {
+        struct child_result r = run_in_child(child_exits, NULL);
+        cr_assert(WIFEXITED(r.status), "child %d did not exit: %s", i, r.err);
+    }
+    c.stop = true;
+    for (int i = 0; i < 3; i++)
+        pthread_join(t[i], NULL);
+}
