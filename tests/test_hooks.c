@@ -56,11 +56,11 @@ Test(hooks, called_once_per_operation)
 
 Test(hooks, see_a_medium_size_that_malloc_could_take_at_once)
 {
-    /* A freed 50,000 B block waits on its class's page, where malloc's
+    /* A freed 20,000 B block waits on its class's page, where malloc's
      * medium lane would pop it: with a hook set, the lane must stay shut. */
-    free(malloc(50000));
+    free(malloc(20000));
     cr_assert_eq(tally_hooks_set(&hooks), 0);
-    void *p = malloc(50000);
+    void *p = malloc(20000);
     cr_assert_eq(last_alloc, p);
     free(p);
     cr_assert_eq(tally_hooks_set(NULL), 0);

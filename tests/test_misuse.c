@@ -179,8 +179,8 @@ static void free_inside_medium(void *arg)
 static void free_past_the_carved_medium_blocks(void *arg)
 {
     (void)arg;
-    char *b = malloc(50000);
-    /* The start of block 70 of b's page (77 fit): in the same segment
+    char *b = malloc(20000);    /* medium: below SPAN_MIN */
+    /* The start of block 70 of b's page (201 fit): in the same segment
      * wherever b lies in it, and not carved by a child that took one. */
     uintptr_t seg = (uintptr_t)b & ~(uintptr_t)((4u << 20) - 1);
     char *volatile p = (char *)(seg + (64u << 10) + 70 * malloc_usable_size(b));
