@@ -181,22 +181,21 @@ static void heap_trim_others(uint64_t now, uint64_t idle)
     }
 }
 
-/* The span runs kept by the other threads' heaps idle for `idle` ms
- * (every one when 0), given back. Not under heap_lock: fork takes the
- * span lock before it, and span_give takes the span lock. The table only
- * grows and a keep's slots are atomic, so no lock is needed to read them;
- * a heap that changes hands meanwhile loses at most runs it would have
- * reused. */
-static void heap_give_back_keeps(uint64_t now, uint64_t idle)
+/* The span runs the other threads' heaps kept: all of them (`all`), or
+ * those no request took since the last look (span_keep_sweep's two
+ * looks, IDLE_SCAN_MS apart here): a thread whose requests are all large
+ * never sweeps its heap, and would keep its runs for as long as it lives.
+ * Not under heap_lock: fork takes the span lock before it, and span_give
+ * takes the span lock. The table only grows and a keep's slots are
+ * atomic, so no lock is needed to read them; a heap that changes hands
+ * meanwhile loses at most runs it would have reused. */
+static void heap_give_back_keeps(bool all)
 {
     unsigned count = __atomic_load_n(&heap_count, __ATOMIC_ACQUIRE);
     for (unsigned t = 1; t <= count; t++) {
         struct heap *o = __atomic_load_n(&heap_table[t], __ATOMIC_ACQUIRE);
-        if (!o)
-            continue;
-        uint64_t last = __atomic_load_n(&o->last_sweep_ms, __ATOMIC_RELAXED);
-        if (o != tls_heap && (idle == 0 || (last && last <= now && now - last >= idle)))
-            span_keep_sweep(&o->keep, true);
+        if (o && o != tls_heap)
+            span_keep_sweep(&o->keep, all);
     }
 }
 
@@ -217,7 +216,7 @@ void heap_tidy_abandoned(uint64_t now)
     }
     lock_give(&heap_lock);
     if (scan)
-        heap_give_back_keeps(now, heap_idle_ms());
+        heap_give_back_keeps(false);
 }
 
 /* Newest sweep time of an active heap. Precondition: heap_lock held. */
@@ -244,7 +243,7 @@ static uint64_t heap_tidy_process(uint64_t now, uint64_t delay, uint64_t idle, b
     uint64_t newest = heap_newest_sweep();
     heap_trim_others(now, idle);
     lock_give(&heap_lock);
-    heap_give_back_keeps(now, idle);
+    heap_give_back_keeps(idle == 0);
     for (int i = 0; i < SHARED_COUNT; i++) {
         if (wait)
             lock_take(&shared[i].lock);

@@ -12,8 +12,10 @@
  * do the same for their large classes). A kept run is resident memory no
  * block uses, so there are SPAN_KEEP_RUNS of them at most, and the heap's
  * sweep gives back those no request took since the last sweep (they go
- * to span_give, which keeps or purges them by its own rules); a thread's
- * exit, malloc_trim, and a trim of an idle thread's heap give back all.
+ * to span_give, which keeps or purges them by its own rules), as do the
+ * other threads' sweeps every 100 ms (a thread whose requests are all
+ * large never sweeps its heap); a thread's exit and malloc_trim give back
+ * all.
  *
  * Only the owning thread puts and takes; a sweep may run on another
  * thread (heap_trim_other), so each slot is one atomic word, and whoever

@@ -478,3 +478,62 @@ Test(span, fork_beside_trims_of_kept_runs_does_not_deadlock, .timeout = 60)
     for (int i = 0; i < 3; i++)
         pthread_join(t[i], NULL);
 }
+
+struct idle_keeper {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool leave;
+};
+
+/* Replaces 8 blocks of 96 KiB, then frees them and waits, alive. */
+static void *keep_then_idle(void *arg)
+{
+    struct idle_keeper *k = arg;
+    char *v[8] = { 0 };
+    for (unsigned i = 0; i < 4000; i++) {
+        unsigned j = i % 8;
+        free(v[j]);
+        v[j] = malloc(96u << 10);
+        if (v[j])
+            memset(v[j], 1, 96u << 10);
+    }
+    for (unsigned j = 0; j < 8; j++)
+        free(v[j]);
+    pthread_mutex_lock(&k->lock);
+    while (!k->leave)
+        pthread_cond_wait(&k->cond, &k->lock);
+    pthread_mutex_unlock(&k->lock);
+    return NULL;
+}
+
+Test(span, runs_kept_by_a_thread_that_went_idle_go_back, .timeout = 30)
+{
+    /* Two threads whose requests are all large wait for the span lock, so
+     * they keep their freed runs; then they wait, alive. Such a thread
+     * never sweeps its heap: the other threads' sweeps give its runs back,
+     * and once unused for a second they are purged like any free units
+     * (before, they stayed live and resident for as long as it lived). */
+    struct idle_keeper k = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false };
+    cr_assert_eq(tally_option_set("purge_delay", "100"), 0);
+    long before = rss_kib();
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, keep_then_idle, &k), 0);
+    sleep_ms(300);              /* they are done in a few ms */
+    long after = 0;
+    for (int round = 0; round < 60; round++) {
+        for (int i = 0; i < 50; i++)
+            free(malloc(100 + (size_t)i));      /* this thread sweeps */
+        sleep_ms(50);
+        after = rss_kib();
+        if (after < before + 512)
+            break;
+    }
+    pthread_mutex_lock(&k.lock);
+    k.leave = true;
+    pthread_cond_broadcast(&k.cond);
+    pthread_mutex_unlock(&k.lock);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    cr_assert_lt(after, before + 512, "RSS %ld -> %ld KiB with the threads idle", before, after);
+}
