@@ -40,20 +40,20 @@
  * faulted in again (0.30 s against 0.19, for 62.5 MiB of peak RSS against
  * 66.6 with an eighth). With the floor below, a sixteenth does as well as
  * an eighth did: 0.198 s against 0.216 and 63.4 MiB against 66.6 (glibc
- * 59.2; docs/benchmarks.md). With 16 KiB units the fragments are smaller,
- * and a thirty-second with half a segment's floor takes bufcycle from
- * 64.9 to 62.8 MiB, at 2,969 faults a round against 2,685 (tcmalloc
- * 2,747) and the same time. */
-#define SPAN_PEAK_SLACK 32
-/* And at least half a segment's worth of units: with a few live blocks the
+ * 59.2; docs/benchmarks.md). */
+#define SPAN_PEAK_SLACK 16
+/* And at least a segment's worth of units: with a few live blocks the
  * fraction is a unit or two, and a block of another size found no resident
  * run long enough, took fresh units and purged others for them. Eight
  * live blocks of 256 KiB-1 MiB, touched and replaced at random (w_large
  * -b 1024): 14k faults and 0.17 s a run against tcmalloc's 3.4k and 0.04
  * s; with the floor 2.5k and 0.04 s, at 10.7 MiB of peak RSS against 9.8
- * (tcmalloc 16.2). With 16 KiB units, half a segment does as well: 0.014
- * -> 0.012 s and 11.5 -> 10.2 MiB. */
-#define SPAN_SLACK_MIN  (SPAN_UNITS / 2)
+ * (tcmalloc 16.2). Half a segment, with a thirty-second, took bufcycle
+ * from 64.9 to 62.8 MiB at the same time, but two threads replacing 64
+ * live blocks of 100-300 KiB each purged and faulted their units again
+ * and again: 0.52 -> 0.73 s (glibc 0.50), and eight on 2 CPUs with 64-256
+ * KiB blocks 1.11 -> 1.96 s. */
+#define SPAN_SLACK_MIN  SPAN_UNITS
 /* Segments with no live run kept mapped until they expire: one unmapped
  * as soon as its last run went, and mapped again by the next request,
  * cost a program whose live set swings (mstress) 1,800 mmap and munmap

@@ -29,8 +29,7 @@
  * large_cache.h) and are purged once unused for LARGE_CACHE_EXPIRE_MS, on
  * malloc_trim, or by the peak rule: the units resident and free plus those
  * live stay within the most that were live since none was cached, and a
- * thirty-second, or half a segment's worth when that is more (span.c
- * says why).
+ * sixteenth, or a segment's worth when that is more (span.c says why).
  */
 #ifndef TALLY_SPAN_H
 #define TALLY_SPAN_H
