@@ -92,6 +92,9 @@ WORKLOADS = [
              "1M small objects, every other freed, medium ones added"),
     Workload("threadchurn", "w_threadchurn", ["-n", "10000"], ["-n", "100000"],
              "many short-lived threads allocating a little", threaded=True),
+    Workload("bufchurn", "w_bufchurn", ["-n", "20000"], ["-n", "200000"],
+             "threads replace live 32..256 KiB buffers at random",
+             threaded=True, work_per_thread=True),
 ]
 
 
