@@ -60,11 +60,6 @@ static inline bool unitmap_all(const struct unitmap *m, unsigned u, unsigned k)
     return unitmap_count(m, u, k) == k;
 }
 
-static inline bool unitmap_test(const struct unitmap *m, unsigned u)
-{
-    return m->w[u / 64] >> (u & 63) & 1;
-}
-
 /* The first unit at or after `from` whose bit is `set`, or UNITMAP_BITS. */
 static inline unsigned unitmap_find(const struct unitmap *m, unsigned from, bool set)
 {
