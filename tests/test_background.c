@@ -10,31 +10,40 @@
 #include <dirent.h>
 #include <link.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 
 #define BLOCK 1000u
 
-/* Threads of this process named "tally-purge" (/proc, no malloc). */
+/* Threads of this process named "tally-purge" (/proc, no malloc: opendir
+ * allocates 32 KiB and more, a span block's slow path, and in a fork
+ * child that starts the child's purge thread before the count is read). */
 static int purge_threads(void)
 {
     int n = 0;
-    DIR *d = opendir("/proc/self/task");
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[64], name[32] = { 0 };
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-        int fd = open(path, O_RDONLY);
-        if (fd < 0)
-            continue;
-        ssize_t len = read(fd, name, sizeof name - 1);
-        close(fd);
-        if (len > 0 && strncmp(name, "tally-purge\n", 12) == 0)
-            n++;
+    int dir = open("/proc/self/task", O_RDONLY | O_DIRECTORY);
+    if (dir < 0)
+        return 0;
+    char buf[4096];
+    long got;
+    while ((got = syscall(SYS_getdents64, dir, buf, sizeof buf)) > 0) {
+        for (long off = 0; off < got;) {
+            struct dirent64 *e = (struct dirent64 *)(buf + off);
+            off += e->d_reclen;
+            if (e->d_name[0] == '.')
+                continue;
+            char path[64], name[32] = { 0 };
+            snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+            int fd = open(path, O_RDONLY);
+            if (fd < 0)
+                continue;
+            ssize_t len = read(fd, name, sizeof name - 1);
+            close(fd);
+            if (len > 0 && strncmp(name, "tally-purge\n", 12) == 0)
+                n++;
+        }
     }
-    if (d)
-        closedir(d);
+    close(dir);
     return n;
 }
 
