@@ -96,6 +96,7 @@ static struct heap *heap_acquire(void)
     tls_heap = h;
     tls_tag = h->tag;
     span_keep_bind(&h->keep);
+    span_arena_bind(h->tag);
     /* May allocate for high key numbers; tls_heap is already usable. */
     pthread_setspecific(heap_key, h);
     return h;

@@ -8,8 +8,9 @@
  * never join, a freed one serves only a request of about its size, and
  * a round of buffers of sizes that differ from the last round's faulted
  * most of its pages in afresh (bufcycle: 6,000 faults a round against
- * tcmalloc's 600). Here such blocks are runs of units in segments every
- * thread shares: freed runs join their free neighbours where they lie,
+ * tcmalloc's 600). Here such blocks are runs of units in segments the
+ * threads share (in a few arenas, span.c): freed runs join their free
+ * neighbours where they lie,
  * and the next request of any size takes the resident units first, so a
  * round reuses the last one's pages whatever their sizes (tcmalloc's and
  * mimalloc's spans do the same).
@@ -111,6 +112,9 @@ HIDDEN bool span_resize(void *run, size_t old_bytes, size_t new_bytes);
  * calls init_lanes_changed (malloc's medium lane follows it). */
 HIDDEN bool span_gate(void);
 HIDDEN bool span_wanted(void);
+/* The calling thread takes its runs from the arena of heap `tag` (span.c):
+ * called when a thread gets a heap. */
+HIDDEN void span_arena_bind(unsigned tag);
 /* Whether a thread waited for the span lock lately (span.c). */
 HIDDEN bool span_busy(void);
 /* Whether seg, a segment tagged TAG_LARGE, is a span segment. */

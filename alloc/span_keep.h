@@ -2,10 +2,12 @@
  * span_keep.h - a thread's last few freed span runs, kept for its next
  * span request of the same run size without the span lock.
  *
- * Every span block took the one span lock twice, once to take its run and
- * once to give it back, and two threads each replacing live blocks of
- * 64-128 KiB at random spent their time waiting on it (0.60 s against
- * glibc's 0.48, which gives each thread an arena). Here a freed run of up
+ * Every span block takes its arena's span lock twice, once to take its
+ * run and once to give it back, and two threads each replacing live
+ * blocks of 64-128 KiB at random spent their time waiting on the one lock
+ * there was (0.60 s against glibc's 0.48, which gives each thread an
+ * arena; span.c has arenas since, and threads that share one still
+ * wait). Here a freed run of up
  * to SPAN_KEEP_MAX stays with the thread that freed it, still live as far
  * as span.c knows, and that thread's next request whose run is the same
  * number of units takes it back (jemalloc's and tcmalloc's thread caches

@@ -537,3 +537,30 @@ Test(span, runs_kept_by_a_thread_that_went_idle_go_back, .timeout = 30)
         pthread_join(t[i], NULL);
     cr_assert_lt(after, before + 512, "RSS %ld -> %ld KiB with the threads idle", before, after);
 }
+
+static void *free_a_written_run(void *arg)
+{
+    char **p = arg;
+    *p = written(100u << 10, 7);
+    free(*p);
+    return NULL;
+}
+
+Test(span, a_thread_takes_runs_from_its_own_arena)
+{
+    /* Each heap's thread takes span runs from its heap's arena (span.c):
+     * the run another thread freed a moment ago stays in that thread's
+     * arena (a thread with no heap, as this one, uses arena 0; this
+     * thread's heap, the process's first or so, another), where a single
+     * arena handed it to the next request of its size first. */
+    char *mine = written(100u << 10, 1);       /* this thread's heap and arena */
+    free(mine);
+    char *theirs = NULL;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, free_a_written_run, &theirs), 0);
+    pthread_join(t, NULL);
+    char *p = malloc(100u << 10);
+    cr_assert_neq(p, theirs, "this thread took the run the other thread freed");
+    cr_assert_eq(p, mine, "this thread did not take its own freed run back");
+    free(p);
+}
