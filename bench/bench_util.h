@@ -19,6 +19,7 @@
 #endif
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -171,6 +172,21 @@ static inline size_t bu_log_size(bu_rng *r, size_t lo, size_t hi)
     size_t base = (size_t)1 << bits;
     size_t size = base + (size_t)bu_below(r, base);
     return size < lo ? lo : size > hi ? hi : size;
+}
+
+/* ---- threads ---------------------------------------------------------- */
+
+/* Runs fn on n threads, each given its index (0..n-1) as its argument,
+ * and waits for them all. */
+static inline void bu_run_threads(long n, void *(*fn)(void *))
+{
+    pthread_t *tid = bu_check(calloc((size_t)n, sizeof *tid), (size_t)n * sizeof *tid);
+    for (long i = 0; i < n; i++)
+        if (pthread_create(&tid[i], NULL, fn, (void *)(uintptr_t)i))
+            bu_fail("pthread_create failed");
+    for (long i = 0; i < n; i++)
+        pthread_join(tid[i], NULL);
+    free(tid);
 }
 
 /* ---- self-check patterns -------------------------------------------- */

@@ -16,7 +16,6 @@
  * page faults show in the time.
  */
 #include "bench_util.h"
-#include <pthread.h>
 
 static long steps = 50000, nbuf = 64;
 static size_t lo = 32u << 10, hi = 256u << 10;
@@ -68,18 +67,12 @@ int main(int argc, char **argv)
     if (nthreads < 1 || nthreads > 256 || steps < 1 || nbuf < 1 || nbuf > 100000 || lo < 16 ||
         hi < lo || hi > (1u << 30))
         bu_fail("need 1 <= -t <= 256, -n >= 1, 1 <= -b <= 100000, 16 <= -s <= -S <= 1 GiB");
-    pthread_t *tid = bu_check(calloc((size_t)nthreads, sizeof *tid), (size_t)nthreads * sizeof *tid);
     long f0 = bu_minflt();
     double t0 = bu_now_s();
-    for (long i = 0; i < nthreads; i++)
-        if (pthread_create(&tid[i], NULL, worker, (void *)(uintptr_t)i))
-            bu_fail("pthread_create failed");
-    for (long i = 0; i < nthreads; i++)
-        pthread_join(tid[i], NULL);
+    bu_run_threads(nthreads, worker);
     double s = bu_now_s() - t0;
     printf("%ld threads x %ld steps over %ld buffers in %.3f s\n", nthreads, steps, nbuf, s);
     bu_metric("ns_per_step", s * 1e9 / (double)steps);
     bu_metric("faults_per_step", (double)(bu_minflt() - f0) / (double)(steps * nthreads));
-    free(tid);
     return 0;
 }

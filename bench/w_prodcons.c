@@ -160,13 +160,8 @@ int main(int argc, char **argv)
         atomic_init(&chans[i].tail, 0);
     }
 
-    pthread_t tid[1024];
     double t0 = bu_now_s();
-    for (long i = 0; i < nthreads; i++)
-        if (pthread_create(&tid[i], NULL, worker, (void *)(uintptr_t)i))
-            bu_fail("pthread_create failed");
-    for (long i = 0; i < nthreads; i++)
-        pthread_join(tid[i], NULL);
+    bu_run_threads(nthreads, worker);
     double s = bu_now_s() - t0;
     long blocks = per_thread / BATCH * BATCH * nthreads;
     printf("%ld blocks passed between %ld threads in %.3f s\n", blocks, nthreads, s);
