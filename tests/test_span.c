@@ -564,3 +564,18 @@ Test(span, a_thread_takes_runs_from_its_own_arena)
     cr_assert_eq(p, mine, "this thread did not take its own freed run back");
     free(p);
 }
+
+Test(span, blocks_above_32_kib_are_span_blocks_while_the_gate_is_open)
+{
+    /* Above SPAN_MIN (32 KiB), where a medium class's freed block served
+     * only its class: bufregrow's first sizes of 32-64 KiB peaked at 170
+     * MiB as class blocks and at 156 as span blocks (glibc 150). */
+    uint64_t before = stats().large_count;
+    char *p = written(40000, 3), *q = written(33000, 4);
+    cr_assert_eq(stats().large_count, before + 2, "40,000 and 33,000 B blocks are no span blocks");
+    free(p);
+    free(q);
+    char *m = written(30000, 5);    /* below it: a class block */
+    cr_assert_eq(stats().large_count, before, "a 30,000 B block is a span block");
+    free(m);
+}
