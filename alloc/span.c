@@ -12,11 +12,10 @@
  * every segment with a free unit is on the open list, the one freed into
  * last at its head (expiry and the peak rule take the oldest first), and
  * filed under fits[] by its longest free run (a request weighs a few that
- * fit). A segment's state,
- * in unit 0, is its unit maps (unitmap.h: free, dirty = written since it
- * was mapped or last purged, run starts), the pages each unit had
- * resident when last measured (the gate's measure), and a header slot
- * for each live run.
+ * fit). A segment's state, in unit 0, is its unit maps (unitmap.h: free,
+ * dirty = written since it was mapped or last purged, run starts), the
+ * pages each unit had resident when last measured (the gate's measure),
+ * and a header slot for each live run.
  *
  * Units are purged with the arena's lock held, and the purges flushed
  * before it is given back (os.h's batches): once it is, another thread
@@ -67,11 +66,8 @@
 #define SPAN_EMPTY_KEEP 8
 
 struct span_segment {
-    /* The first cache line holds what a request's walk of fits[] reads of
-     * each segment it weighs: the link and the free units. (With the free
-     * units in a line of their own, the time of 8 threads replacing 64-256
-     * KiB blocks was the same: most of pick_run's samples are that line's
-     * miss, wherever it lies.) */
+    /* First what a request's walk of fits[] reads of each segment it
+     * weighs: the link and the free units. */
     uint64_t magic;
     struct span_segment *fnext, *fprev; /* fits[longest], while it has a free unit */
     struct unitmap free;    /* units in no live run */
@@ -98,7 +94,6 @@ struct span_segment {
 };
 _Static_assert(sizeof(struct span_segment) <= SPAN_UNIT, "a span header fits in unit 0");
 _Static_assert(SPAN_UNITS == UNITMAP_BITS, "a unitmap has a bit a unit");
-_Static_assert(offsetof(struct span_segment, longest) < 64, "a walk reads one line a segment");
 
 /* An arena: segments, and a lock over them. A thread takes runs from its
  * heap's arena's segments (by the heap's tag: a thread that comes after
@@ -148,7 +143,8 @@ static struct span_arena *arena_mine(void)
 {
     return tls_arena ? tls_arena : &arenas[0];
 }
-/* When a thread last waited for span_lock, and whether one did within
+
+/* When a thread last waited for an arena's lock, and whether one did within
  * SPAN_BUSY_MS (the sweeps' span_expire clears it): threads keep their
  * freed runs (span_keep.h) only then. A lone thread never waits, and a
  * run it kept is memory no other size can use: bufcycle's buffers of
@@ -171,8 +167,6 @@ bool span_busy(void)
     return __atomic_load_n(&busy, __ATOMIC_RELAXED);
 }
 
-/* Segments a request weighs before it takes the best of them. */
-#define PICK_LOOK 8
 static struct span_segment *segment_of_run(const void *p)
 {
     return (struct span_segment *)((uintptr_t)p & ~(uintptr_t)SEGMENT_MASK);
@@ -353,6 +347,9 @@ static void fits_file(struct span_segment *s, unsigned now)
         unitmap_set(&a->fits_held, now, 1);
     }
 }
+
+/* Segments a request weighs before it takes the best of them. */
+#define PICK_LOOK 8
 
 struct span_pick { struct span_segment *s; unsigned u, clean, len; };
 
