@@ -17,6 +17,7 @@
  */
 #define _GNU_SOURCE
 #include "heap.h"
+#include "remote.h"
 #include "raw.h"
 #include "init.h"
 #include "usage.h"
@@ -163,6 +164,13 @@ static NOINLINE void free_other_cases(void *p, const void *site)
  * block's map entry with the mode bit OR-ed in. */
 static NOINLINE void free_slow(void *p, uint16_t seen, const void *site)
 {
+    /* First a block of the heap this thread adopts from (remote.h), which
+     * is never NULL's tag, a mode's or the debug heap's. The pointer test
+     * is the one below: a wild pointer's lookup wraps around the map. */
+    if (seen == tls_adopt_tag && !((uintptr_t)p >> (SEGMAP_BITS + SEGMENT_SHIFT))) {
+        remote_keep(seen, p, raw_checked_shape(segment_of(p), p, "free"));
+        return;
+    }
     /* Most frequent here: a block of another thread's heap while no mode
      * is on, which the fast path's lookup already names (1..MAX_HEAPS: the
      * mode bit lies above). Its tag is trusted where the map can hold the

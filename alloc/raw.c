@@ -70,23 +70,6 @@ void *raw_calloc(size_t size)
     return p;
 }
 
-/* The shape of a small or medium block's page, after checking that p is
- * the start of a block in a page that is in use. (p below the page start
- * wraps off around to a huge value and fails the bound.) The shape, not
- * the page descriptor: the check may run on any thread. Inlined: every
- * free of another thread's block passes here. */
-static ALWAYS_INLINE const struct page_shape *checked_shape(struct segment *s, const void *p,
-                                                            const char *func)
-{
-    const struct page_shape *sh = segment_shape_of(s, p);
-    uintptr_t off = (uintptr_t)p - (uintptr_t)sh->start;
-    uint16_t reserved = __atomic_load_n(&sh->reserved, __ATOMIC_RELAXED);
-    if (!sh->in_use || off >= (uintptr_t)reserved * sh->block_size ||
-        sizeclass_div((uint32_t)off, sh->cls) * sh->block_size != off)
-        diag_fail(func, "invalid pointer (not the start of a block)", p);
-    return sh;
-}
-
 /* These frees count on malloc's sweep tick too: a thread that frees a
  * peak and then allocates little never reached a sweep, and its empty
  * pages stayed resident (redis after FLUSHALL of 5 GB of 60 KB values:
@@ -128,7 +111,7 @@ static ALWAYS_INLINE bool never_handed_out(const struct page *pg, const void *b)
 /* free() of a block of the caller's own heap that the fast path refused
  * (a medium block, a full page, or the head of its free list), after
  * the block was checked (raw_free_own's descriptor check for a medium
- * block, else checked_shape and never_handed_out). Inline: every medium
+ * block, else raw_checked_shape and never_handed_out). Inline: every medium
  * free comes here. */
 static ALWAYS_INLINE void free_owned(struct page *pg, struct block *b)
 {
@@ -155,7 +138,7 @@ static ALWAYS_INLINE void free_owned(struct page *pg, struct block *b)
  * freed. */
 static ALWAYS_INLINE void free_owned_shaped(struct segment *s, void *p, const char *func)
 {
-    checked_shape(s, p, func);
+    raw_checked_shape(s, p, func);
     struct page *pg = segment_page_of(s, p);
     if (unlikely(never_handed_out(pg, p))) {
         free_own_fail("invalid pointer (never handed out)", p);
@@ -209,7 +192,7 @@ void raw_free_own(void *p)
          * anything past what is carved start at `fresh` or beyond, which
          * is at least MEDIUM_HEADER (segment.h). It stood for a bound on
          * the carved count and never_handed_out's test of the run, 6
-         * instructions more a medium pair. (checked_shape testing the
+         * instructions more a medium pair. (raw_checked_shape testing the
          * same way, through one shared helper, cost every foreign free 2
          * more instructions.) */
         unsigned cls = pg->cls;
@@ -226,7 +209,7 @@ void raw_free_own(void *p)
 
 void raw_free_other(void *p, uint16_t tag, const char *func)
 {
-    remote_free(tag, p, checked_shape(segment_of(p), p, func));
+    remote_free(tag, p, raw_checked_shape(segment_of(p), p, func));
 }
 
 void raw_free_heap_block(void *p, uint16_t tag, const char *func)
@@ -266,7 +249,7 @@ size_t raw_usable_size(void *p, const char *func)
 
 size_t raw_usable_own(void *p, const char *func)
 {
-    return checked_shape(segment_of(p), p, func)->block_size;
+    return raw_checked_shape(segment_of(p), p, func)->block_size;
 }
 
 void *raw_alloc_grown(size_t size, size_t usable)

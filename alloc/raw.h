@@ -14,6 +14,7 @@
 #include "init.h"
 #include "segment.h"
 #include "sizeclass.h"
+#include "diag.h"
 
 /* Precondition for all: size <= PTRDIFF_MAX; align is a power of two. */
 HIDDEN void *raw_alloc(size_t size, size_t align);
@@ -90,5 +91,23 @@ HIDDEN bool raw_is_debug(const void *p);
 HIDDEN void raw_free_debug(void *p);
 /* Start of the debug-heap block containing p, or NULL if p is not in one. */
 HIDDEN void *raw_debug_block_of(const void *p);
+
+/* The shape of a small or medium block's page, after checking that p is
+ * the start of a block in a page that is in use. (p below the page start
+ * wraps off around to a huge value and fails the bound.) The shape, not
+ * the page descriptor: the check may run on any thread. Inlined: every
+ * free of another thread's block passes here (raw.c, and free's slow path
+ * for a kept one). */
+static ALWAYS_INLINE const struct page_shape *raw_checked_shape(struct segment *s, const void *p,
+                                                                const char *func)
+{
+    const struct page_shape *sh = segment_shape_of(s, p);
+    uintptr_t off = (uintptr_t)p - (uintptr_t)sh->start;
+    uint16_t reserved = __atomic_load_n(&sh->reserved, __ATOMIC_RELAXED);
+    if (!sh->in_use || off >= (uintptr_t)reserved * sh->block_size ||
+        sizeclass_div((uint32_t)off, sh->cls) * sh->block_size != off)
+        diag_fail(func, "invalid pointer (not the start of a block)", p);
+    return sh;
+}
 
 #endif

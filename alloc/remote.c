@@ -51,6 +51,19 @@ static __thread struct remote_batch {
     unsigned kept_recheck;      /* full buffers until the next count */
 } tls_batch TLS_IE;
 
+/* The heap of the latest adoption while its bit in `adopting` is set,
+ * else TAG_EMPTY (remote.h). */
+HIDDEN __thread uint16_t tls_adopt_tag TLS_IE = TAG_EMPTY;
+
+/* Ends one-by-one adoption for slot s (its heap sends its blocks through
+ * buffers again). */
+static void adopt_end(struct remote_batch *rb, unsigned s)
+{
+    rb->adopting &= ~((uint64_t)1 << s);
+    if ((tls_adopt_tag & (SLOTS - 1)) == s)
+        tls_adopt_tag = TAG_EMPTY;
+}
+
 static pthread_key_t batch_key;
 
 /* Empty buffers: a lock-free stack that takes whole lists and gives
@@ -195,6 +208,7 @@ static bool buf_adopt(struct remote_batch *rb, struct heap *h, struct remote_buf
     buf->next = NULL;
     remote_recycle(buf, buf, 1);
     rb->adopting |= (uint64_t)1 << (h->tag & (SLOTS - 1));
+    tls_adopt_tag = h->tag;
     rb->kept_seen = kept;
     return true;
 }
@@ -239,7 +253,7 @@ static NOINLINE void buffer_free_slow(struct remote_batch *rb, struct heap *h, u
 {
     unsigned s = tag & (SLOTS - 1);
     if (rb->to[s] != h) {                       /* the slot changes hands */
-        rb->adopting &= ~((uint64_t)1 << s);    /* that bit was for to[s] */
+        adopt_end(rb, s);                       /* that bit was for to[s] */
         if (rb->buf[s])
             rb->buf[s] = buf_evict(rb->to[s], rb->buf[s]);
         rb->to[s] = h;
@@ -283,7 +297,7 @@ static inline void buffer_free(struct remote_batch *rb, struct heap *h, uint16_t
 static NOINLINE void adopting_full(struct remote_batch *rb, struct heap *h, uint16_t tag,
                                    struct block *b)
 {
-    rb->adopting &= ~((uint64_t)1 << (tag & (SLOTS - 1)));
+    adopt_end(rb, tag & (SLOTS - 1));
     rb->kept_recheck = 0;
     buffer_free(rb, h, tag, b);
 }
@@ -292,6 +306,18 @@ static NOINLINE void adopting_full(struct remote_batch *rb, struct heap *h, uint
 static NOINLINE void keep_switching(struct heap *me, struct block *b, unsigned cls)
 {
     heap_keep(me, b, cls);
+}
+
+/* A small block kept by the caller's heap. The common case makes no
+ * call: the kept list is the current page. */
+static ALWAYS_INLINE void keep_block(struct block *b, unsigned cls)
+{
+    struct heap *me = tls_heap;
+    struct page *k = &me->kept[cls];
+    if (likely(me->current[cls] == k))
+        heap_kept_push(k, b);
+    else
+        keep_switching(me, b, cls);
 }
 
 /* remote_free for a medium block: appended as any other, and the buffer
@@ -327,23 +353,29 @@ void remote_free(uint16_t tag, struct block *b, const struct page_shape *sh)
         /* A heap being adopted from: its next block is kept at once, with
          * no buffer and no look at its stack (the depth only grows while
          * nothing is pushed onto it). Blocks handed out from a kept list
-         * come back here when freed, for as long as the owner sleeps. The
-         * common case makes no call: the kept list is the current page. */
+         * come back here when freed, for as long as the owner sleeps. */
         size_t kept = rb->kept_seen + sh->block_size;
         if (unlikely(kept > REMOTE_KEPT_MAX)) {
             adopting_full(rb, h, tag, b);
             return;
         }
         rb->kept_seen = kept;
-        struct heap *me = tls_heap;
-        struct page *k = &me->kept[sh->cls];
-        if (likely(me->current[sh->cls] == k))
-            heap_kept_push(k, b);
-        else
-            keep_switching(me, b, sh->cls);
+        keep_block(b, sh->cls);
         return;
     }
     buffer_free(rb, h, tag, b);
+}
+
+void remote_keep(uint16_t tag, struct block *b, const struct page_shape *sh)
+{
+    struct remote_batch *rb = &tls_batch;
+    size_t kept = rb->kept_seen + sh->block_size;
+    if (unlikely(sh->cls >= NUM_SMALL_CLASSES || kept > REMOTE_KEPT_MAX)) {
+        remote_free(tag, b, sh);        /* a medium block, or no room left */
+        return;
+    }
+    rb->kept_seen = kept;
+    keep_block(b, sh->cls);
 }
 
 void remote_send_home(struct block *list)
@@ -363,6 +395,7 @@ void remote_flush(void)
 {
     struct remote_batch *rb = &tls_batch;
     rb->adopting = 0;
+    tls_adopt_tag = TAG_EMPTY;
     rb->kept_recheck = 0;       /* the sweep may have sent kept lists home */
     for (unsigned s = 0; s < SLOTS; s++) {
         if (rb->buf[s]) {

@@ -269,6 +269,51 @@ Test(misuse, free_of_non_canonical_pointer_to_another_threads_block)
     expect_abort(free_non_canonical_remote, "free(): invalid pointer");
 }
 
+/* A thread that adopted a buffer of a sleeping owner's blocks keeps that
+ * owner's next frees at once, on a path of free's of its own (remote.h,
+ * tls_adopt_tag): it checks them as every other thread's block is
+ * checked. main builds 17 transfer buffers' worth of 64 B blocks and one
+ * more, then waits while a worker frees the 17 buffers' worth (the last
+ * one is adopted) and then a bad pointer into main's last block. */
+enum { ADOPTED_BLOCKS = 17 * 30 + 1 };      /* remote.h: 16 deep, 30 a buffer */
+
+struct adopted_misuse { void **v; void *(*bad)(void *); };
+
+static void *misuse_while_adopting(void *arg)
+{
+    struct adopted_misuse *a = arg;
+    void *own = malloc(1000);   /* a thread adopts only into a heap of its own */
+    for (int i = 0; i < ADOPTED_BLOCKS - 1; i++)
+        free(a->v[i]);
+    void *volatile p = a->bad(a->v[ADOPTED_BLOCKS - 1]);
+    free(p);
+    free(own);
+    return NULL;
+}
+
+static void *inside_the_block(void *p) { return (char *)p + 16; }
+
+static void free_while_adopting(void *(*bad)(void *))
+{
+    static void *v[ADOPTED_BLOCKS];
+    for (int i = 0; i < ADOPTED_BLOCKS; i++)
+        v[i] = malloc(64);
+    struct adopted_misuse a = { v, bad };
+    run_in_thread(misuse_while_adopting, &a);
+}
+
+static void free_inside_adopted(void *arg) { (void)arg; free_while_adopting(inside_the_block); }
+static void free_non_canonical_adopted(void *arg) { (void)arg; free_while_adopting(non_canonical); }
+
+Test(misuse, free_inside_a_block_of_an_owner_being_adopted_from)
+{
+    expect_abort(free_inside_adopted, "free(): invalid pointer (not the start of a block)");
+}
+Test(misuse, free_of_non_canonical_pointer_to_an_adopted_owners_block)
+{
+    expect_abort(free_non_canonical_adopted, "free(): invalid pointer");
+}
+
 /* The start of the next block of a medium page's fresh run (the pointer
  * just past the last block malloc returned) passes the shape check, since
  * the run is carved; pushed, it came out of malloc twice. The page's

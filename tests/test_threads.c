@@ -426,6 +426,53 @@ Test(threads, a_kept_block_goes_out_before_a_carving_page_carves, .timeout = 30)
                  job.got, job.last);
 }
 
+/* While a thread adopts from a sleeping owner, free's slow path sends
+ * that owner's blocks straight to the kept lists (remote.h,
+ * tls_adopt_tag), which hold small blocks only: a medium block of the same
+ * owner must still go home. The worker adopts, frees the owner's 20 KiB
+ * block, and asks for one of that size: it must not get the owner's block
+ * back, and once the worker trimmed and left, the owner's blocks are all
+ * free again. */
+enum { KEPT_MEDIUM = 20 * 1024 };
+
+struct adopt_medium { struct one_by_one job; void *medium, *got; };
+
+static void *adopt_then_free_medium(void *arg)
+{
+    struct adopt_medium *m = arg;
+    void *own = malloc(1000);   /* a thread adopts only into a heap of its own */
+    for (int i = 0; i < m->job.n; i++)      /* the seventeenth buffer is adopted */
+        free(m->job.v[i]);
+    free(m->medium);
+    m->got = malloc(KEPT_MEDIUM);
+    free(m->got);
+    free(own);
+    malloc_trim(0);
+    return NULL;
+}
+
+Test(threads, a_medium_block_of_an_owner_being_adopted_from_goes_home, .timeout = 30)
+{
+    static void *v[(ADOPT_BUFS + 1) * ONE_PER_BUF];
+    malloc_trim(0);
+    uint64_t before = stats_now().allocated_bytes;
+    struct adopt_medium m = { { v, (int)(sizeof v / sizeof v[0]), NULL, NULL },
+                              NULL, NULL };
+    for (int i = 0; i < m.job.n; i++)
+        v[i] = malloc(ONE_SIZE);
+    m.medium = malloc(KEPT_MEDIUM);
+    pthread_t t;
+    pthread_create(&t, NULL, adopt_then_free_medium, &m);
+    pthread_join(t, NULL);
+    cr_assert_neq(m.got, m.medium, "the owner's medium block was kept and handed out");
+    malloc_trim(0);
+    uint64_t after = stats_now().allocated_bytes;
+    /* Thread start-up leaves a few hundred bytes of glibc's own. */
+    cr_assert_lt(after, before + KEPT_MEDIUM / 2,
+                 "%lu bytes more allocated after every block was freed",
+                 (unsigned long)(after - before));
+}
+
 /* A thread that frees a sleeping owner's blocks keeps at most
  * REMOTE_KEPT_MAX bytes of them (remote.h); the rest go home, where the
  * owner's next mallocs find them. main frees 2 MiB of blocks of an owner
