@@ -308,10 +308,19 @@ static NOINLINE void keep_switching(struct heap *me, struct block *b, unsigned c
     heap_keep(me, b, cls);
 }
 
-/* A small block kept by the caller's heap. The common case makes no
- * call: the kept list is the current page. */
-static ALWAYS_INLINE void keep_block(struct block *b, unsigned cls)
+/* b, a small block (class cls) of the heap tagged `tag`, one being adopted from,
+ * kept by the caller's heap, unless the kept bytes would pass their bound:
+ * then adoption from that heap ends and b goes into a buffer. The common
+ * case makes no call: the kept list is the current page. */
+static ALWAYS_INLINE void keep_adopted(struct remote_batch *rb, uint16_t tag, struct block *b,
+                                       uint32_t block_size, unsigned cls)
 {
+    size_t kept = rb->kept_seen + block_size;
+    if (unlikely(kept > REMOTE_KEPT_MAX)) {
+        adopting_full(rb, heap_table[tag], tag, b);
+        return;
+    }
+    rb->kept_seen = kept;
     struct heap *me = tls_heap;
     struct page *k = &me->kept[cls];
     if (likely(me->current[cls] == k))
@@ -354,13 +363,7 @@ void remote_free(uint16_t tag, struct block *b, const struct page_shape *sh)
          * no buffer and no look at its stack (the depth only grows while
          * nothing is pushed onto it). Blocks handed out from a kept list
          * come back here when freed, for as long as the owner sleeps. */
-        size_t kept = rb->kept_seen + sh->block_size;
-        if (unlikely(kept > REMOTE_KEPT_MAX)) {
-            adopting_full(rb, h, tag, b);
-            return;
-        }
-        rb->kept_seen = kept;
-        keep_block(b, sh->cls);
+        keep_adopted(rb, tag, b, sh->block_size, sh->cls);
         return;
     }
     buffer_free(rb, h, tag, b);
@@ -368,14 +371,12 @@ void remote_free(uint16_t tag, struct block *b, const struct page_shape *sh)
 
 void remote_keep(uint16_t tag, struct block *b, const struct page_shape *sh)
 {
-    struct remote_batch *rb = &tls_batch;
-    size_t kept = rb->kept_seen + sh->block_size;
-    if (unlikely(sh->cls >= NUM_SMALL_CLASSES || kept > REMOTE_KEPT_MAX)) {
-        remote_free(tag, b, sh);        /* a medium block, or no room left */
+    unsigned cls = sh->cls;
+    if (unlikely(cls >= NUM_SMALL_CLASSES)) {
+        remote_free(tag, b, sh);        /* kept lists hold small blocks only */
         return;
     }
-    rb->kept_seen = kept;
-    keep_block(b, sh->cls);
+    keep_adopted(&tls_batch, tag, b, sh->block_size, cls);
 }
 
 void remote_send_home(struct block *list)

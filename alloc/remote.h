@@ -92,12 +92,12 @@ HIDDEN void remote_free(uint16_t tag, struct block *b, const struct page_shape *
  * a thread adopting from a sleeping owner frees almost nothing else (in a
  * one-worker larson copy, 5,213,271 of 5,213,346 frees), and the general
  * path (free_slow's other tests, raw_free_other, remote_free's look at the
- * slot) took 16 instructions more a free: 225 -> 209 a replacement, and
- * larson with 2 threads 0.49 -> 0.42 s per 10M replacements. */
+ * slot) took about 14 instructions more a free: 225 -> 211 a replacement,
+ * and larson with 2 threads 0.49 -> 0.42 s per 10M replacements. */
 extern HIDDEN __thread uint16_t tls_adopt_tag TLS_IE;
 /* remote_free for b, a block of the heap tagged tls_adopt_tag, sh its
- * checked page shape: kept, unless it is medium or the kept bytes are at
- * their bound (then remote_free decides). */
+ * checked page shape: kept, unless it is medium (remote_free's buffers) or
+ * the kept bytes are at their bound (adoption from that heap ends). */
 HIDDEN void remote_keep(uint16_t tag, struct block *b, const struct page_shape *sh);
 /* Frees a chain of other heaps' blocks (kept ones going home), never
  * adopting them back. */

@@ -4,6 +4,7 @@
  */
 #include "helpers.h"
 #include "../alloc/segment.h"
+#include "../alloc/remote.h"
 #include <criterion/criterion.h>
 #include <malloc.h>
 #include <stdint.h>
@@ -275,7 +276,8 @@ Test(misuse, free_of_non_canonical_pointer_to_another_threads_block)
  * checked. main builds 17 transfer buffers' worth of 64 B blocks and one
  * more, then waits while a worker frees the 17 buffers' worth (the last
  * one is adopted) and then a bad pointer into main's last block. */
-enum { ADOPTED_BLOCKS = 17 * 30 + 1 };      /* remote.h: 16 deep, 30 a buffer */
+/* A stack REMOTE_ADOPT_DEPTH blocks deep, and the next full buffer. */
+enum { ADOPTED_BLOCKS = (REMOTE_ADOPT_DEPTH / REMOTE_BUF_BLOCKS + 1) * REMOTE_BUF_BLOCKS + 1 };
 
 struct adopted_misuse { void **v; void *(*bad)(void *); };
 
