@@ -140,7 +140,11 @@ static void piece_trim(struct large_piece *pc, size_t need)
  * *map_size is updated to the size of the mapping returned, *m to its cuts. */
 static struct large_header *large_take_cached(size_t *map_size, struct large_maps *m)
 {
+    /* Free span units expire here too: a program past a phase of span
+     * blocks may call only for mappings and pymalloc-sized blocks (whose
+     * fast paths never sweep), and its freed runs stayed resident. */
     large_cache_expire(false);
+    span_expire(false);
     size_t want = *map_size, before = 0;
     struct large_piece pc[LARGE_MAX_MAPS];
     unsigned n = large_cache_take(want, pc);

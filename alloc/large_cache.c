@@ -300,7 +300,7 @@ bool large_cache_expire(bool all)
         lock_take(&cache_lock);
     else if (!lock_try(&cache_lock))
         return false;
-    while (count && (all || now - slots[0].freed_at >= LARGE_CACHE_EXPIRE_MS))
+    while (count && (all || large_expired(now, slots[0].freed_at, bytes)))
         expired[n++] = cache_remove_range(0);
     if (!count) {
         peak_live = 0;       /* the next peak is measured afresh */

@@ -6,8 +6,9 @@
  * malloc-large workload in the kernel that way). A few freed mappings are
  * kept instead, resident; a freed one joins the cached ones next to it in
  * the address space, and large.c splits, glues and grows them with mremap
- * to fit the next request. They are unmapped once unused for
- * LARGE_CACHE_EXPIRE_MS or on malloc_trim. The cache keeps nothing until a
+ * to fit the next request. They are unmapped once they expire (below:
+ * purge_delay beyond a warm reserve, LARGE_CACHE_EXPIRE_MS at most) or on
+ * malloc_trim. The cache keeps nothing until a
  * large request has followed a large free, or a second large free came,
  * and forgets that once emptied by age or malloc_trim: a one-off buffer
  * goes straight back.
@@ -17,6 +18,7 @@
 #define TALLY_LARGE_CACHE_H
 
 #include "large_maps.h"
+#include "init.h"
 
 /* Mappings kept at once. Each keeps whatever its blocks touched; the
  * byte limit, the peak rule (large_cache_fit_live) and the expiry bound
@@ -32,7 +34,26 @@
 /* Of which at most this many below SEGMENT_SIZE: split tails are whole
  * segments, so a few slots stay for them. */
 #define LARGE_CACHE_SMALL_SLOTS 120
+/* How long a freed block waits in the cache, or as free span units
+ * (span.h): LARGE_CACHE_EXPIRE_MS at most, and purge_delay once its pool
+ * holds more than LARGE_WARM_BYTES. A program that frees a batch of big
+ * blocks and goes on to other work kept them all resident for the whole
+ * second: CPython's json.dumps of 300,000 entries frees 51 buffers of
+ * 800 KB (41 MB) as it ends, and json.loads then built its objects in
+ * pymalloc's own mappings beside them, 366 MB of peak RSS against glibc's
+ * 324 (whose trim gave them back at once); with the excess going back
+ * after purge_delay, 326 MB, at the same speed. A warm reserve still
+ * waits the second, for a server's next buffer. */
 #define LARGE_CACHE_EXPIRE_MS 1000
+#define LARGE_WARM_BYTES      SEGMENT_SIZE
+
+/* Whether a pool's oldest free block, freed at freed_at, goes back at
+ * `now` while the pool holds `held` bytes (see above). */
+static inline bool large_expired(uint64_t now, uint64_t freed_at, size_t held)
+{
+    uint64_t age = now - freed_at;
+    return age >= LARGE_CACHE_EXPIRE_MS || (held > LARGE_WARM_BYTES && age >= init_purge_delay_ms());
+}
 
 /* Whether a pool keeps freed blocks (large_cache.c says why): a request
  * after a free, or a second free, arms it; emptied by age or malloc_trim,
@@ -81,7 +102,7 @@ HIDDEN bool large_cache_take_at(const void *base, struct large_piece *out);
  * when the cache is empty): evicts the oldest entries until the rule
  * holds. */
 HIDDEN void large_cache_fit_live(void);
-/* Unmaps entries unused for LARGE_CACHE_EXPIRE_MS, or all of them; true
+/* Unmaps the entries that expired (large_expired), or all of them; true
  * when it unmapped any. All of them too when the OS refuses a request
  * (then retried): cached blocks stay charged to the address space limit
  * and the commit limit, and they are the program's freed memory. */

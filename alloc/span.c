@@ -704,12 +704,16 @@ static bool arena_expire(struct span_arena *a, bool all, uint64_t now)
         lock_take(&a->lock);
     else if (!lock_try(&a->lock))
         return false;
+    const size_t warm_units = LARGE_WARM_BYTES >> SPAN_UNIT_SHIFT;
     for (struct span_segment *s = a->open_tail; s;) {
         struct span_segment *prev = s->prev;
-        if (!all && now - s->freed_at < LARGE_CACHE_EXPIRE_MS)
+        bool old = all || now - s->freed_at >= LARGE_CACHE_EXPIRE_MS;
+        if (!old && !large_expired(now, s->freed_at, a->cached << SPAN_UNIT_SHIFT))
             break;          /* the rest were freed into later */
-        purged |= purge_segment(s, 0);
-        if (s->nfree == FREE_MAX)
+        /* Past purge_delay only the units beyond the warm reserve go;
+         * the segment stays mapped for the next request until it is old. */
+        purged |= purge_segment(s, old ? 0 : (unsigned)(a->cached - warm_units));
+        if (old && s->nfree == FREE_MAX)
             segment_retire(s, &gone);
         s = prev;
     }

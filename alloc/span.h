@@ -27,8 +27,9 @@
  *
  * Freed units stay resident for the next request when the program reuses
  * large blocks (the large cache's arming rule, an arming of their own:
- * large_cache.h) and are purged once unused for LARGE_CACHE_EXPIRE_MS, on
- * malloc_trim, or by the peak rule: the units resident and free plus those
+ * large_cache.h) and are purged once they expire (large_expired: beyond a
+ * warm reserve per arena after purge_delay, all of them after
+ * LARGE_CACHE_EXPIRE_MS), on malloc_trim, or by the peak rule: the units resident and free plus those
  * live stay within the most that were live since none was cached, and a
  * sixteenth, or a segment's worth when that is more (span.c says why).
  */
@@ -125,9 +126,9 @@ HIDDEN bool span_is_segment(const void *seg);
 HIDDEN void *span_header_at(const void *p);
 /* The run whose header slot is hdr. */
 HIDDEN void *span_run_of(const void *hdr);
-/* Purges free units unused for LARGE_CACHE_EXPIRE_MS (all of them when
- * `all`) and unmaps segments left with no live run; true when it gave
- * any back. */
+/* Purges the free units that expired (large_expired; all of them when
+ * `all`) and unmaps segments left with no live run once unused for
+ * LARGE_CACHE_EXPIRE_MS; true when it gave any back. */
 HIDDEN bool span_expire(bool all);
 /* Whether free units are resident (one relaxed load): the background
  * thread does not doze while some wait to expire. */

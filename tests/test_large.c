@@ -4,6 +4,7 @@
  */
 #include "helpers.h"
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <malloc.h>
 #include "tally.h"
 
@@ -739,6 +740,32 @@ Test(large, a_second_large_free_arms_the_cache)
     char *c = malloc(n);
     cr_assert_eq(c, b, "the next request did not take the kept block");
     free(c);
+}
+
+/* A program that frees big blocks and goes on to other work gets all but
+ * a warm reserve back once they stayed free for purge_delay, at its next
+ * large request, not a second later (large_cache.h). */
+Test(large, cached_blocks_beyond_the_warm_reserve_go_back_after_purge_delay)
+{
+    enum { N = 4 };
+    size_t n = 8u << 20;
+    char *v[N];
+    cr_assert_eq(tally_option_set("purge_delay", "50"), 0);
+    arm_cache();
+    for (int i = 0; i < N; i++) {
+        v[i] = malloc(n);
+        cr_assert_not_null(v[i]);
+        memset(v[i], 1, n);
+    }
+    uint64_t live = stats().mapped_bytes;
+    for (int i = 0; i < N; i++)
+        free(v[i]);
+    cr_assert_geq(stats().mapped_bytes + n, live, "the freed blocks were not kept");
+    sleep_ms(150);
+    free(malloc(2u << 20));
+    uint64_t after = stats().mapped_bytes;
+    cr_assert_leq(after + (N - 1) * n, live,
+                  "%" PRIu64 " of %" PRIu64 " bytes still mapped 150 ms after the free", after, live);
 }
 
 Test(large, malloc_trim_disarms_the_cache)

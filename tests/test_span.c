@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "tally.h"
 #include "../alloc/span.h"
+#include "../alloc/large_cache.h"
 
 /* Every mincore call in this test binary, tally's included: this
  * definition interposes on libc's (the library calls it through its PLT),
@@ -339,6 +340,47 @@ Test(span, malloc_trim_gives_free_span_segments_back)
         unmapped += mincore(page, 4096, &vec) == -1;
     }
     cr_assert_gt(unmapped, 0, "every block's segment is still mapped");
+}
+
+/* Resident bytes of the n blocks of `size` at v[] (freed: their segments
+ * stay mapped, so mincore reads them). */
+static size_t resident_of(char **v, int n, size_t size)
+{
+    size_t pages = 0;
+    for (int i = 0; i < n; i++) {
+        unsigned char vec[(800u << 10) / 4096];
+        char *start = (char *)((uintptr_t)v[i] & ~(uintptr_t)4095);
+        size_t len = (size_t)(v[i] + size - start) / 4096 * 4096;
+        cr_assert_leq(len / 4096, sizeof vec);
+        cr_assert_eq(mincore(start, len, vec), 0, "block %d's segment was unmapped", i);
+        for (size_t k = 0; k < len / 4096; k++)
+            pages += vec[k] & 1;
+    }
+    return pages * 4096;
+}
+
+/* A program that frees a batch of span blocks and moves on to other work
+ * (CPython's json.dumps: large_cache.h) gets all but a warm reserve back
+ * once they stayed free for purge_delay, at its next large request, not
+ * a second later. */
+Test(span, freed_runs_beyond_the_warm_reserve_go_back_after_purge_delay)
+{
+    enum { N = 24 };
+    const size_t size = 800u << 10;
+    char *v[N];
+    cr_assert_eq(tally_option_set("purge_delay", "50"), 0);
+    arm();
+    for (int i = 0; i < N; i++)
+        v[i] = written(size, i + 1);
+    for (int i = 0; i < N; i++)
+        free(v[i]);
+    size_t before = resident_of(v, N, size);
+    cr_assert_geq(before, (size_t)N * size / 2, "only %zu bytes resident after the free", before);
+    sleep_ms(150);
+    free(written(2u << 20, 7));     /* a mapping: the large path */
+    size_t after = resident_of(v, N, size);
+    cr_assert_leq(after, LARGE_WARM_BYTES + 2 * SPAN_UNIT,
+                  "%zu of %zu bytes still resident 150 ms after the free", after, before);
 }
 
 static void *churn_spans(void *arg)
