@@ -36,7 +36,7 @@ HIDDEN const struct option_def options_table[OPT_COUNT] = {
                             "ms an empty small page is kept before its memory goes back to "
                             "the OS (medium pages: a quarter of it)"),
     [OPT_LARGE_CACHE] = NUM("large_cache", DEF_LARGE_CACHE, 0, (uint64_t)1 << 40, false,
-                            "bytes of freed large blocks kept mapped for reuse (up to 1 s)"),
+                            "bytes of freed large blocks kept mapped for reuse (up to 1 s; past 4 MiB, purge_delay)"),
     [OPT_PURGE_BATCH] = NUM("purge_batch", DEF_PURGE_BATCH, 0, 1, false,
                             "1: a sweep hands its purges to the kernel in one process_madvise "
                             "call where the kernel takes it (one TLB flush); 0: one madvise each, "
