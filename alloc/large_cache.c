@@ -18,7 +18,7 @@ struct cache_entry { void *base; size_t size; uint64_t freed_at; struct large_ma
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cache_entry slots[LARGE_CACHE_SLOTS];   /* oldest first */
 static unsigned count;
-static size_t bytes;
+static size_t bytes;         /* in the entries; atomic stores under the lock */
 /* The cache keeps blocks only once the program has shown it reuses them:
  * a large request that came after a large free arms it (glibc's moving
  * mmap threshold reads the same sign), and so does a second large free.
@@ -62,7 +62,7 @@ static struct cache_entry cache_remove(unsigned i)
     for (unsigned k = i + 1; k < count; k++)
         slots[k - 1] = slots[k];
     __atomic_store_n(&count, count - 1, __ATOMIC_RELAXED);
-    bytes -= e.size;
+    __atomic_store_n(&bytes, bytes - e.size, __ATOMIC_RELAXED);   /* read by the stats */
     return e;
 }
 
@@ -176,7 +176,7 @@ void large_cache_put(void *base, size_t size, const struct large_maps *m, bool w
     e.freed_at = os_now_ms();
     slots[count] = e;
     __atomic_store_n(&count, count + 1, __ATOMIC_RELAXED);
-    bytes += e.size;
+    __atomic_store_n(&bytes, bytes + e.size, __ATOMIC_RELAXED);
     lock_give(&cache_lock);
     unmap_ranges(evicted, n_evicted);
     background_poke();          /* it expires the entry if nobody else does */
@@ -309,6 +309,11 @@ bool large_cache_expire(bool all)
     lock_give(&cache_lock);
     unmap_ranges(expired, n);
     return n > 0;
+}
+
+size_t large_cache_bytes(void)
+{
+    return __atomic_load_n(&bytes, __ATOMIC_RELAXED);
 }
 
 void large_cache_fork_prepare(void) { pthread_mutex_lock(&cache_lock); }

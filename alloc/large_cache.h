@@ -107,6 +107,8 @@ HIDDEN void large_cache_fit_live(void);
  * (then retried): cached blocks stay charged to the address space limit
  * and the commit limit, and they are the program's freed memory. */
 HIDDEN bool large_cache_expire(bool all);
+/* Bytes of the cached mappings (one relaxed load; the statistics). */
+HIDDEN size_t large_cache_bytes(void);
 /* Whether the cache holds any entry (one relaxed load): the background
  * thread does not doze while one waits to expire. */
 HIDDEN bool large_cache_holds(void);

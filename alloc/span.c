@@ -739,6 +739,14 @@ bool span_expire(bool all)
     return gave;
 }
 
+size_t span_cached_bytes(void)
+{
+    size_t units = 0;
+    for (unsigned i = 0; i < SPAN_ARENAS; i++)
+        units += __atomic_load_n(&arenas[i].cached, __ATOMIC_RELAXED);
+    return units << SPAN_UNIT_SHIFT;
+}
+
 bool span_holds(void)
 {
     for (unsigned i = 0; i < SPAN_ARENAS; i++)

@@ -130,6 +130,9 @@ HIDDEN void *span_run_of(const void *hdr);
  * `all`) and unmaps segments left with no live run once unused for
  * LARGE_CACHE_EXPIRE_MS; true when it gave any back. */
 HIDDEN bool span_expire(bool all);
+/* Bytes of free units written since they were mapped or purged: kept
+ * resident for the next request (the statistics). */
+HIDDEN size_t span_cached_bytes(void);
 /* Whether free units are resident (one relaxed load): the background
  * thread does not doze while some wait to expire. */
 HIDDEN bool span_holds(void);

@@ -5,6 +5,8 @@
 #include "usage.h"
 #include "segment.h"
 #include "large.h"
+#include "large_cache.h"
+#include "span.h"
 #include "os.h"
 
 #include <string.h>
@@ -47,6 +49,7 @@ void usage_read(struct usage *u, bool with_resident)
     struct usage_walk w = { u, with_resident };
     segment_foreach(usage_add_segment, &w);
     large_counters(&u->large_count, &u->large_bytes);
-    u->resident_bytes += u->large_bytes;
+    u->cached_bytes = span_cached_bytes() + large_cache_bytes();
+    u->resident_bytes += u->large_bytes + u->cached_bytes;
     os_counters_read(&u->os);
 }

@@ -23,6 +23,7 @@ struct usage {
     uint64_t page_bytes;        /* bytes of pages assigned to a class */
     uint64_t large_count, large_bytes;
     uint64_t resident_bytes;    /* of segments (mincore) plus large blocks */
+    uint64_t cached_bytes;      /* freed large blocks kept: span units, cache */
     uint64_t class_blocks[NUM_CLASSES];  /* blocks in use per class */
     uint64_t class_pages[NUM_CLASSES];   /* pages assigned per class */
     uint64_t class_slots[NUM_CLASSES];   /* blocks those pages hold when full */

@@ -8,6 +8,8 @@
 #   bench-instructions  callgrind: instructions per malloc+free pair
 #   bench-scaling       the threaded workloads at 1, 2, 4, 8 threads
 #                       (BENCH_ARGS="--threads 1,2,4,8,16" for more)
+#   bench-real          real programs (sqlite3, perl, python3, node, gcc,
+#                       git, sort, xz) under each allocator: bench/real/
 #
 # The workload programs link with the system malloc; allocators are
 # swapped at run time with LD_PRELOAD, so the same binaries measure all of
@@ -26,7 +28,7 @@ BENCH_HDRS := bench/bench_util.h
 BENCH_PROGS := $(patsubst bench/%.c,$(BENCH_DIR)/%,$(wildcard bench/w_*.c bench/instr_*.c) bench/measure.c)
 BENCH_ARGS ?=
 
-.PHONY: bench bench-full bench-instructions bench-scaling bench-build bench-setup
+.PHONY: bench bench-full bench-instructions bench-scaling bench-real bench-build bench-setup
 
 bench-build: $(BENCH_PROGS)
 
@@ -51,5 +53,8 @@ bench-instructions: $(LIB_SO) bench-build bench-setup
 
 bench-scaling: $(LIB_SO) bench-build bench-setup
 	$(PYTHON) bench/scaling.py --tally $(LIB_SO) $(BENCH_ARGS)
+
+bench-real: $(LIB_SO) bench-build bench-setup
+	$(PYTHON) bench/real/programs.py --tally $(LIB_SO) $(BENCH_ARGS)
 
 .DEFAULT_GOAL := $(bench_saved_goal)

@@ -57,9 +57,13 @@ struct tally_stats {
     uint64_t purged_bytes;      /* handed back with madvise, ever */
     uint64_t mmap_calls, munmap_calls, mremap_calls, madvise_calls;
     /* version 1 ends here; version 2 adds: */
-    uint64_t resident_bytes;    /* segment pages in RAM (mincore) + large */
+    uint64_t resident_bytes;    /* segment pages in RAM (mincore) + large
+                                   + cached_bytes */
+    /* version 3 adds: */
+    uint64_t cached_bytes;      /* freed large blocks kept for reuse: free
+                                   span units and cached mappings */
 };
-#define TALLY_STATS_VERSION 2
+#define TALLY_STATS_VERSION 3
 
 /* 0 on success, -1 with errno = EINVAL when stats is NULL or too small. */
 int tally_stats_get(struct tally_stats *stats);

@@ -24,6 +24,7 @@ static void stats_fill(struct tally_stats *s, const struct usage *u)
     s->active_bytes = u->page_bytes + u->large_bytes;
     s->mapped_bytes = u->os.mapped_bytes;
     s->resident_bytes = u->resident_bytes;
+    s->cached_bytes = u->cached_bytes;
     s->large_count = u->large_count;
     s->large_bytes = u->large_bytes;
     s->segments = u->segments;
@@ -135,6 +136,7 @@ EXPORT int tally_stats_print(int fd, int format)
         { "segments", s.segments },               { "purged_bytes", s.purged_bytes },
         { "mmap_calls", s.mmap_calls },           { "munmap_calls", s.munmap_calls },
         { "mremap_calls", s.mremap_calls },       { "madvise_calls", s.madvise_calls },
+        { "cached_bytes", s.cached_bytes },
     };
     size_t n = sizeof fields / sizeof fields[0];
     int out = fd >= 0 ? fd : report_open();

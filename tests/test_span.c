@@ -383,6 +383,25 @@ Test(span, freed_runs_beyond_the_warm_reserve_go_back_after_purge_delay)
                   "%zu of %zu bytes still resident 150 ms after the free", after, before);
 }
 
+/* The statistics show the freed runs kept for reuse: what a process
+ * holds beyond its live blocks until they expire or malloc_trim. */
+Test(span, the_statistics_count_freed_runs_kept_for_reuse)
+{
+    enum { N = 8 };
+    const size_t size = 800u << 10;
+    char *v[N];
+    arm();
+    for (int i = 0; i < N; i++)
+        v[i] = written(size, i + 1);
+    for (int i = 0; i < N; i++)
+        free(v[i]);
+    struct tally_stats s = stats();
+    cr_assert_geq(s.cached_bytes, (N - 1) * size, "cached %" PRIu64 " bytes", s.cached_bytes);
+    cr_assert_geq(s.resident_bytes, s.cached_bytes);
+    malloc_trim(0);
+    cr_assert_eq(stats().cached_bytes, 0, "cached bytes left after malloc_trim");
+}
+
 static void *churn_spans(void *arg)
 {
     volatile bool *stop = arg;
