@@ -141,8 +141,8 @@ static void piece_trim(struct large_piece *pc, size_t need)
 static struct large_header *large_take_cached(size_t *map_size, struct large_maps *m)
 {
     /* Free span units expire here too: a program past a phase of span
-     * blocks may call only for mappings and pymalloc-sized blocks (whose
-     * fast paths never sweep), and its freed runs stayed resident. */
+     * blocks may call malloc too rarely for a sweep (CPython serves its
+     * small objects from pymalloc), and its freed runs stayed resident. */
     large_cache_expire(false);
     span_expire(false);
     size_t want = *map_size, before = 0;

@@ -40,10 +40,10 @@
  * blocks and goes on to other work kept them all resident for the whole
  * second: CPython's json.dumps of 300,000 entries frees 51 buffers of
  * 800 KB (41 MB) as it ends, and json.loads then built its objects in
- * pymalloc's own mappings beside them, 366 MB of peak RSS against glibc's
- * 324 (whose trim gave them back at once); with the excess going back
- * after purge_delay, 326 MB, at the same speed. A warm reserve still
- * waits the second, for a server's next buffer. */
+ * pymalloc's own mappings beside them, 357 MiB of peak RSS against glibc's
+ * 316 (whose trim gave them back at once); with the excess going back
+ * after purge_delay, 322 MiB, at the same speed (bench/real). A warm
+ * reserve still waits the second, for a server's next buffer. */
 #define LARGE_CACHE_EXPIRE_MS 1000
 #define LARGE_WARM_BYTES      SEGMENT_SIZE
 

@@ -29,9 +29,10 @@
  * large blocks (the large cache's arming rule, an arming of their own:
  * large_cache.h) and are purged once they expire (large_expired: beyond a
  * warm reserve per arena after purge_delay, all of them after
- * LARGE_CACHE_EXPIRE_MS), on malloc_trim, or by the peak rule: the units resident and free plus those
- * live stay within the most that were live since none was cached, and a
- * sixteenth, or a segment's worth when that is more (span.c says why).
+ * LARGE_CACHE_EXPIRE_MS), on malloc_trim, or by the peak rule: the units
+ * resident and free plus those live stay within the most that were live
+ * since none was cached, and a sixteenth, or a segment's worth when that
+ * is more (span.c says why).
  */
 #ifndef TALLY_SPAN_H
 #define TALLY_SPAN_H

@@ -22,7 +22,7 @@ struct usage {
     uint64_t free_blocks;       /* carved blocks waiting on free lists */
     uint64_t page_bytes;        /* bytes of pages assigned to a class */
     uint64_t large_count, large_bytes;
-    uint64_t resident_bytes;    /* of segments (mincore) plus large blocks */
+    uint64_t resident_bytes;    /* of segments (mincore), large blocks, cached */
     uint64_t cached_bytes;      /* freed large blocks kept: span units, cache */
     uint64_t class_blocks[NUM_CLASSES];  /* blocks in use per class */
     uint64_t class_pages[NUM_CLASSES];   /* pages assigned per class */
