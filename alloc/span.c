@@ -211,24 +211,10 @@ static void empties_add(struct span_arena *a, int n)
  * untouched blocks took the span path before it shut, a system call each
  * (latency-free's p99 malloc(500000) 2.1 us against 0.08; now 5). */
 static unsigned density = 256;
-/* A block freed with none of its fresh pages written added nothing
- * resident for the units to carry, so it does not count toward the
- * density: git log -p reuses a 128 KiB buffer whose run stays 12 pages
- * resident, and counted, those blocks shut the gate for the whole run,
- * sending its buffers of 32-256 KiB to a medium class each (peak RSS
- * 25.4 MiB against 23.6 now; glibc 21.2). But one that never wrote a
- * page at all (its run had none resident either) cost a mincore at its
- * free for nothing, so a second average, 0..256, of the share of such
- * blocks shuts the gate on its own once most noted blocks are (latency-
- * free's malloc(500000), freed at once untouched: five in a row, as the
- * density took before; eight raised its p99 at 50,000 B 20 -> 32 ns). */
-static unsigned untouched = 0;
 static bool gate_open = true;
 static unsigned probe;
 #define GATE_SHUT_BELOW 64      /* a quarter of the pages */
 #define GATE_OPEN_FROM  192     /* three quarters */
-#define GATE_IDLE_SHUT  192     /* untouched: three in four (five in a row) */
-#define GATE_IDLE_OPEN  128     /* untouched: at most half, to open again */
 #define GATE_PROBE      16      /* shut, one request in this many still comes */
 #define GATE_FRESH_MIN  16      /* pages a run must find fresh to be noted */
 
@@ -242,17 +228,10 @@ static bool gate_note(unsigned before, unsigned after, unsigned pages)
     unsigned fresh = pages - before, wrote = after > before ? after - before : 0;
     unsigned share = (wrote > fresh ? fresh : wrote) * 256 / fresh;
     /* Arenas note under their own locks: an update may be lost, never torn. */
-    unsigned d = __atomic_load_n(&density, __ATOMIC_RELAXED);
-    if (wrote) {
-        d = (d * 3 + share) / 4;
-        __atomic_store_n(&density, d, __ATOMIC_RELAXED);
-    }
-    bool never = !wrote && !before && !after;
-    unsigned idle = (__atomic_load_n(&untouched, __ATOMIC_RELAXED) * 3 + (never ? 256 : 0)) / 4;
-    __atomic_store_n(&untouched, idle, __ATOMIC_RELAXED);
+    unsigned d = (__atomic_load_n(&density, __ATOMIC_RELAXED) * 3 + share) / 4;
+    __atomic_store_n(&density, d, __ATOMIC_RELAXED);
     bool was = __atomic_load_n(&gate_open, __ATOMIC_RELAXED);
-    bool open = was ? d >= GATE_SHUT_BELOW && idle < GATE_IDLE_SHUT
-                    : d >= GATE_OPEN_FROM && idle <= GATE_IDLE_OPEN;
+    bool open = was ? d >= GATE_SHUT_BELOW : d >= GATE_OPEN_FROM;
     if (open == was)
         return false;
     __atomic_store_n(&gate_open, open, __ATOMIC_RELAXED);

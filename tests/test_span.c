@@ -293,58 +293,26 @@ Test(span, calloc_of_reused_units_is_zero)
     }
 }
 
-/* Whether a written 300 KiB request is a span block (a large block) now,
- * or a medium block again: the gate's state. */
-static bool gate_takes_300k(void)
-{
-    uint64_t large0 = stats().large_count;
-    char *p = written(300u << 10, 2);
-    bool span = stats().large_count == large0 + 1;
-    free(p);
-    return span;
-}
-
 Test(span, sparsely_written_blocks_shut_the_gate)
 {
-    /* Dense blocks keep it open. Blocks of changing sizes written on
-     * their first and last pages only (mstress's shape: each last page a
-     * fresh one) shut it: the same request is a medium block again. */
-    cr_assert(gate_takes_300k(), "300 KiB was no span block while dense");
+    /* Dense blocks keep it open: a 300 KiB request is a large (span)
+     * block. Blocks written on their first page only shut it: the same
+     * request is a medium block again, and so is the next. */
+    uint64_t large0 = stats().large_count;
+    char *d = written(300u << 10, 1);
+    cr_assert_eq(stats().large_count, large0 + 1, "300 KiB was no span block while dense");
+    free(d);
     for (int i = 0; i < 64; i++) {
-        size_t n = (700u << 10) - (size_t)i * (8u << 10);
-        char *p = malloc(n);
+        char *p = malloc(700u << 10);
         cr_assert_not_null(p);
         p[0] = 1;
-        p[n - 1] = 1;
         free(p);
     }
-    cr_assert(!gate_takes_300k(), "300 KiB is still a span block after sparse ones");
-}
-
-Test(span, blocks_never_written_shut_the_gate)
-{
-    /* Each cost a mincore at its free for nothing (latency-free's
-     * malloc(500000) freed at once). Fresh units: a block written first
-     * would leave its pages resident in the run these reuse. */
-    for (int i = 0; i < 64; i++)
-        free(malloc(700u << 10));
-    cr_assert(!gate_takes_300k(), "300 KiB is still a span block after untouched ones");
-}
-
-Test(span, a_buffer_reused_within_its_resident_pages_keeps_the_gate_open)
-{
-    /* git log -p's 128 KiB buffer, written to 48 KiB each time: its run
-     * stays 12 pages resident, and nothing fresh is written. Counted as
-     * sparse, it shut the gate and sent every later 32-256 KiB buffer to
-     * a medium class of its own. (Fresh units: a block written first
-     * would leave the run these reuse resident whole.) */
-    for (int i = 0; i < 64; i++) {
-        char *p = malloc(128u << 10);
-        cr_assert_not_null(p);
-        memset(p, i, 48u << 10);
-        free(p);
-    }
-    cr_assert(gate_takes_300k(), "300 KiB is no span block after a buffer reused warm");
+    char *m = written(300u << 10, 2);
+    uint64_t large1 = stats().large_count;
+    cr_assert_eq(large1, large0, "300 KiB is still a span block after sparse ones (%llu live, %llu before)",
+                 (unsigned long long)large1, (unsigned long long)large0);
+    free(m);
 }
 
 Test(span, malloc_trim_gives_free_span_segments_back)
