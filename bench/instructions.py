@@ -64,10 +64,7 @@ def main(argv):
     prog = os.path.join(REPO, "build", "bench", "instr_pairs")
     if not os.path.isfile(prog):
         sys.exit("instructions.py: build/bench/instr_pairs missing (make bench-build)")
-    try:
-        allocs = allocators.discover(args.tally, args.alloc, args.only)
-    except ValueError as exc:
-        sys.exit(f"instructions.py: {exc}")
+    allocs = allocators.from_args("instructions.py", args)
 
     table = {}
     for a in allocs:

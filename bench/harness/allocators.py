@@ -10,6 +10,7 @@ A spec may end in @OPTIONS, run as TALLY_OPTIONS (semicolons for commas):
 """
 
 import os
+import sys
 import subprocess
 from dataclasses import dataclass
 from typing import Optional
@@ -95,3 +96,12 @@ def describe(alloc):
     except (OSError, subprocess.SubprocessError):
         pass
     return alloc.path
+
+
+def from_args(tool, args):
+    """discover() for a command line with --tally, --alloc and --only; a
+    bad choice ends the program with `tool: why`."""
+    try:
+        return discover(args.tally, args.alloc, args.only)
+    except ValueError as exc:
+        sys.exit(f"{tool}: {exc}")

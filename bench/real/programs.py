@@ -124,11 +124,7 @@ def main():
     measure = os.path.join(REPO, "build", "bench", "measure")
     if not os.path.exists(measure):
         sys.exit("programs.py: build/bench/measure missing (make bench-build)")
-    try:
-        found = allocators.discover(args.tally, args.alloc, args.only)
-    except ValueError as e:
-        sys.exit("programs.py: %s" % e)
-    allocs = [(a.name, a.path) for a in found]
+    allocs = [(a.name, a.path) for a in allocators.from_args("programs.py", args)]
     with tempfile.TemporaryDirectory(prefix="tally-real-") as d:
         p = write_inputs(d)
         progs = [g for g in programs(p) if shutil.which(g[2])]
