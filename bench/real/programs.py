@@ -8,7 +8,7 @@ directory, each under every installed allocator in turn (the allocators
 alternate run by run, as in the suite), and prints the median wall time
 and peak RSS with their ratios to glibc's, as a Markdown table.
 
-A program that is not installed is skipped. Each run goes through
+A program that is not installed is skipped (git also outside a clone). Each run goes through
 build/bench/measure (LD_PRELOAD, wall time, ru_maxrss of the biggest
 process in the run: the program, not its pipe's `wc`); a run that fails
 is reported as FAIL. The workloads are deterministic, so their outputs
@@ -127,7 +127,8 @@ def main():
     allocs = [(a.name, a.path) for a in allocators.from_args("programs.py", args)]
     with tempfile.TemporaryDirectory(prefix="tally-real-") as d:
         p = write_inputs(d)
-        progs = [g for g in programs(p) if shutil.which(g[2])]
+        progs = [g for g in programs(p) if shutil.which(g[2]) and
+                 (g[0] != "git" or os.path.isdir(os.path.join(REPO, ".git")))]
         if args.programs:
             progs = [g for g in progs if g[0] in args.programs.split(",")]
         res = {}
