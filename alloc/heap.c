@@ -17,8 +17,7 @@
 #include "os.h"
 #include "diag.h"
 #include "init.h"
-#include "large_cache.h"
-#include "span.h"
+#include "large.h"
 #include "remote.h"
 #include "background.h"
 #include "../instrument/hooks.h"
@@ -402,8 +401,7 @@ static void heap_sweep(struct heap *h, uint64_t now)
     uint64_t interval = delay / SWEEP_DIVISOR;
     h->next_collect_ms = now + (interval ? interval : 1);
     heap_tidy_abandoned(now);
-    large_cache_expire(false);
-    span_expire(false);
+    large_expire(false);
     background_poke();
 }
 

@@ -10,6 +10,7 @@
 #include "heap.h"
 #include "os.h"
 #include "init.h"
+#include "large.h"
 #include "large_cache.h"
 #include "span.h"
 #include "remote.h"
@@ -277,8 +278,7 @@ uint64_t heap_background_pass(uint64_t now, bool *gave)
     struct os_counters before;
     os_counters_read(&before);
     uint64_t newest = heap_tidy_process(now, init_purge_delay_ms(), heap_idle_ms(), false);
-    large_cache_expire(false);
-    span_expire(false);
+    large_expire(false);
     *gave = gave_back_since(&before);
     return newest;
 }

@@ -143,8 +143,7 @@ static struct large_header *large_take_cached(size_t *map_size, struct large_map
     /* Free span units expire here too: a program past a phase of span
      * blocks may call malloc too rarely for a sweep (CPython serves its
      * small objects from pymalloc), and its freed runs stayed resident. */
-    large_cache_expire(false);
-    span_expire(false);
+    large_expire(false);
     size_t want = *map_size, before = 0;
     struct large_piece pc[LARGE_MAX_MAPS];
     unsigned n = large_cache_take(want, pc);
@@ -188,7 +187,7 @@ static void *large_span_alloc(size_t size, size_t offset, size_t run_size, size_
         }
     } else {
         run = span_take(run_size, zero ? offset : 0, zero ? offset + size : 0, &slot);
-        if (!run && (large_cache_expire(true) | span_expire(true)))   /* both give way */
+        if (!run && large_expire(true))   /* both give way */
             run = span_take(run_size, zero ? offset : 0, zero ? offset + size : 0, &slot);
         if (!run)
             return NULL;
@@ -318,6 +317,11 @@ static struct large_header *large_checked(const void *p, const char *func)
                   "invalid pointer (not the start of a live large block: inside one, or already freed)",
                   p);
     return h;
+}
+
+bool large_expire(bool all)
+{
+    return large_cache_expire(all) | span_expire(all);
 }
 
 static void large_release(struct large_header *h)

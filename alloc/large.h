@@ -37,5 +37,9 @@ HIDDEN size_t large_usable_size(const void *p, const char *func);
 HIDDEN void large_counters(uint64_t *count, uint64_t *bytes);
 /* Bytes of live blocks on mappings of their own (not span runs). */
 HIDDEN size_t large_mapped_live(void);
+/* Gives back what the large cache and the span segments hold past their
+ * expiry (large_cache.h), or all of it; true when either gave any back.
+ * Both always: a sweep, and an allocation the OS refused, want both. */
+HIDDEN bool large_expire(bool all);
 
 #endif

@@ -28,7 +28,7 @@ static void *alloc_in_class_once(unsigned cls, bool exact)
 static void *alloc_in_class(unsigned cls, bool exact)
 {
     void *p = alloc_in_class_once(cls, exact);
-    if (unlikely(!p) && (large_cache_expire(true) | span_expire(true)))
+    if (unlikely(!p) && large_expire(true))
         p = alloc_in_class_once(cls, exact);
     return p;
 }
