@@ -78,6 +78,7 @@ void init_ensure(void)
     heap_empty_init();       /* before hooks_update opens malloc's fast path */
     segment_init_secret();
     options_load_env();
+    init_lanes_changed();    /* before hooks_update opens the medium lane */
     hooks_update();          /* modes from TALLY_OPTIONS; valgrind detection */
     heap_process_init();
     pthread_atfork(init_fork_prepare, init_fork_parent, init_fork_child);
@@ -98,13 +99,29 @@ uint64_t init_purge_delay_ms(void) { return option(OPT_PURGE_DELAY); }
 
 bool init_secure(void) { return option(OPT_SECURE) != 0; }
 
-size_t init_large_from(void)
+size_t init_large_from(size_t size)
 {
     size_t t = init_mmap_threshold();
-    return t > SPAN_MIN && span_gate() && !init_secure() ? SPAN_MIN : t;
+    return t > SPAN_MIN && !init_secure() && span_open_for(size) ? SPAN_MIN : t;
 }
 
-void init_lanes_changed(void) { hooks_lanes_update(); }
+uint8_t init_medium_lane[MEDIUM_MAX >> 10];
+
+/* Every entry above SMALL_MAX from the gates' state (below it the lane
+ * never looks); entry k holds the requests of k KiB + 1 .. k + 1 KiB,
+ * which all round to the same run. With the gate of 128 KiB runs shut
+ * and the others open (git log -p), its 112-128 KiB requests are the
+ * lane's and the rest still go to spans. */
+void init_lanes_changed(void)
+{
+    for (size_t k = SMALL_MAX >> 10; k < MEDIUM_MAX >> 10; k++) {
+        size_t last = (k + 1) << 10;
+        uint8_t e = sizeclass_medium_by_kib[k];
+        if (last > init_large_from(last))
+            e |= INIT_LANE_SPAN;
+        __atomic_store_n(&init_medium_lane[k], e, __ATOMIC_RELAXED);
+    }
+}
 
 size_t init_large_cache_bytes(void) { return (size_t)option(OPT_LARGE_CACHE); }
 

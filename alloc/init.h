@@ -23,11 +23,21 @@ static inline size_t init_mmap_threshold(void)
     return t < SMALL_MAX ? SMALL_MAX : t > MEDIUM_MAX ? MEDIUM_MAX : t;
 }
 
-/* Requests above it are large blocks (large.h): the mmap threshold, or
- * SPAN_MIN below it while the span gate is open (span.h), unless secure
- * mode puts a guard page behind every large block. */
-HIDDEN size_t init_large_from(void);
-/* The span gate moved: malloc's medium lane follows init_large_from. */
+/* Requests of `size` bytes above it are large blocks (large.h): the mmap
+ * threshold, or SPAN_MIN below it while spans take requests of that size
+ * (their gate is open: span.h), unless secure mode puts a guard page
+ * behind every large block. */
+HIDDEN size_t init_large_from(size_t size);
+
+/* malloc's medium lane, by the KiB a request reaches into (as
+ * sizeclass_medium_by_kib): the class, or INIT_LANE_SPAN set where the
+ * size is a span block's (init_large_from), which the lane leaves to the
+ * slow path. Relaxed loads and stores: a lane that reads an entry a gate
+ * move late takes a block of the right class or the slow path, both
+ * right. */
+#define INIT_LANE_SPAN 0x80
+extern HIDDEN uint8_t init_medium_lane[MEDIUM_MAX >> 10];
+/* A span gate moved (span.c): the lane's entries follow init_large_from. */
 HIDDEN void init_lanes_changed(void);
 
 /* Provided by heap_life.c for start-up. */

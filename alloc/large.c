@@ -205,8 +205,8 @@ static void *large_span_alloc(size_t size, size_t offset, size_t run_size, size_
     return run + offset;
 }
 
-/* Where large_place may put a block: a span run when new and the gate
- * wants it (under SPAN_NEW_MAX), a span block's growth (up to SPAN_MAX),
+/* Where large_place may put a block: a span run when new and its size's
+ * gate wants it (under SPAN_NEW_MAX), a span block's growth (up to SPAN_MAX),
  * or a mapping whatever its size. */
 enum large_where { PLACE_NEW, PLACE_SPAN_GROWTH, PLACE_MAPPING };
 
@@ -227,7 +227,7 @@ static void *large_place(size_t size, size_t offset, size_t span_off, size_t ali
     if (warm && span_off < SPAN_UNIT && align <= SPAN_UNIT &&
         (where == PLACE_SPAN_GROWTH ? run_size <= SPAN_MAX
          : where == PLACE_NEW && size < SPAN_NEW_MAX && run_size <= SPAN_NEW_MAX &&
-               span_wanted()))
+               span_wanted(size)))
         return large_span_alloc(size, span_off, run_size, align, flags);
     /* Above a segment a block maps whole segments, as the cache's split
      * entries already are, when that adds at most a quarter (the most

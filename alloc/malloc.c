@@ -140,9 +140,12 @@ EXPORT FAST_ENTRY void *malloc(size_t size)
          * the table misfiled (100 B got an 80 B block, 16..64 B an index
          * far past current[]); the table would give it a 1..8 KiB class,
          * bigger than it needs. */
-        struct block *b = take_inline(h, h->current[sizeclass_of_medium_lane(size)]);
-        if (b != NULL)
-            return unlikely(--h->tick < 0) ? heap_tick(h, b) : b;
+        unsigned e = __atomic_load_n(&init_medium_lane[(size - 1) >> 10], __ATOMIC_RELAXED);
+        if (!(e & INIT_LANE_SPAN)) {
+            struct block *b = take_inline(h, h->current[e]);
+            if (b != NULL)
+                return unlikely(--h->tick < 0) ? heap_tick(h, b) : b;
+        }
     }
     return malloc_slow(size, CALLER);
 }
@@ -328,7 +331,10 @@ static bool is_pow2(size_t x) { return x && !(x & (x - 1)); }
 static ALWAYS_INLINE struct block *aligned_take(struct heap *h, size_t size, size_t align)
 {
     size_t limit = malloc_medium_limit;             /* plain: see malloc */
-    if (likely(size < limit)) {
+    if (likely(size < limit) &&
+        (size <= SMALL_MAX ||
+         !(__atomic_load_n(&init_medium_lane[(size - 1) >> 10], __ATOMIC_RELAXED) &
+           INIT_LANE_SPAN))) {
         int cls = raw_aligned_class(size, align, limit - 1);
         if (likely(cls >= 0))
             return take_inline(h, h->current[cls]);

@@ -47,20 +47,20 @@ static void *large_alloc_keeping(size_t size, unsigned flags)
 void *raw_alloc(size_t size, size_t align)
 {
     if (align <= MIN_ALIGN) {
-        if (size > init_large_from())
+        if (size > init_large_from(size))
             return large_alloc_keeping(size, 0);
         return alloc_in_class(sizeclass_of(size), false);
     }
     if (size > PTRDIFF_MAX - align)
         return NULL;
-    int cls = raw_aligned_class(size, align, init_large_from());
+    int cls = raw_aligned_class(size, align, init_large_from(size));
     return cls >= 0 ? alloc_in_class((unsigned)cls, true) : large_alloc(size, align, 0, 0);
 }
 
 void *raw_calloc(size_t size)
 {
     /* A fresh large mapping is already zero; large_alloc clears a warm one. */
-    if (size > init_large_from())
+    if (size > init_large_from(size))
         return large_alloc_keeping(size, LARGE_ZERO);
     /* So is a block carved from memory nothing wrote (page.h). */
     page_zero_block = NULL;
@@ -256,7 +256,7 @@ void *raw_alloc_grown(size_t size, size_t usable)
 {
     if (size <= usable)
         return NULL;
-    if (size > init_large_from() || (usable >= RAW_GROWN_LARGE && size <= init_mmap_threshold()))
+    if (size > init_large_from(size) || (usable >= RAW_GROWN_LARGE && size <= init_mmap_threshold()))
         return large_alloc(size, MIN_ALIGN, 0, LARGE_GROWN);
     return NULL;
 }
@@ -283,7 +283,7 @@ void *raw_realloc(void *p, size_t size, const char *func)
         /* One that grows stays a mapping, below the threshold too (a
          * block raw_alloc_grown gave one, or one mapped while the
          * threshold was lower): mremap moves no bytes. */
-        if (size > init_large_from() || size > usable)
+        if (size > init_large_from(size) || size > usable)
             return large_realloc(p, size);
         void *q = realloc_move(p, usable, size, func);
         return q ? q : large_realloc(p, size);

@@ -1,7 +1,7 @@
 /*
  * span.h - large blocks under 1 MiB (grown, up to half a segment), and
- * while the gate is open those above 64 KiB, carved from shared span
- * segments in 16 KiB units.
+ * while their size's gate is open those above 32 KiB, carved from shared
+ * span segments in 16 KiB units.
  *
  * A block of 512 KiB-2 MiB on a mapping of its own sat alone in a 4 MiB
  * aligned range (the segmap tags 4 MiB at a time), so two freed ones
@@ -69,7 +69,7 @@
  * vacated: 38 ms and 200 MiB. A buffer doubling past it (bufgrow) still
  * copies at most 256 KiB on its way to a mapping. */
 #define SPAN_REGROW_MAX ((size_t)512 << 10)
-/* While the gate is open (span_gate), requests above this, below the mmap
+/* While their gate is open (span_open_for), requests above this, below the mmap
  * threshold too, are span blocks instead of medium blocks: medium blocks
  * of 64-512 KiB live in their classes' pages, so a freed one serves only
  * its class, and a server's buffers of sizes that differ round to round
@@ -107,13 +107,14 @@ HIDDEN void span_give(void *run, size_t bytes);
  * the whole block instead (a copy costs 0.3 us a page, a fault 11.5).
  * False when the caller must move the block. */
 HIDDEN bool span_resize(void *run, size_t old_bytes, size_t new_bytes);
-/* The gate: whether freed span blocks have been written densely enough
- * to be worth reusing at other offsets (span.c says why); it starts open.
- * span_wanted: the gate is open, or, shut, one request in 16 still comes
- * (so a program that turns dense is noticed). When it moves, span.c
- * calls init_lanes_changed (malloc's medium lane follows it). */
-HIDDEN bool span_gate(void);
-HIDDEN bool span_wanted(void);
+/* The gate of requests of `size` bytes (one per run length): whether
+ * freed span blocks of their run's length have been written densely
+ * enough to be worth reusing at other offsets (span.c says why); each
+ * starts open. span_wanted: it is open, or, shut, one request in 16
+ * still comes (so a size that turns dense is noticed). When one moves,
+ * span.c calls init_lanes_changed (malloc's medium lane follows it). */
+HIDDEN bool span_open_for(size_t size);
+HIDDEN bool span_wanted(size_t size);
 /* The calling thread takes its runs from the arena of heap `tag` (span.c):
  * called when a thread gets a heap. */
 HIDDEN void span_arena_bind(unsigned tag);

@@ -52,21 +52,10 @@ static void hooks_apply(void)
     if (debug || timing || option(OPT_STATS))
         report_prepare();
     bool on = debug || timing || user || vg_running() || option(OPT_SECURE);
+    init_lanes_changed();       /* the threshold may have moved */
     __atomic_store_n(&malloc_fast_limit, on ? 0 : (size_t)SMALL_MAX + 1, __ATOMIC_SEQ_CST);
-    __atomic_store_n(&malloc_medium_limit, on ? 0 : init_large_from() + 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&malloc_medium_limit, on ? 0 : init_mmap_threshold() + 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&hooks_tag_mask, on ? HOOKS_TAG_BIT : 0, __ATOMIC_SEQ_CST);
-}
-
-void hooks_lanes_update(void)
-{
-    /* Only while no mode is on (the limit is not 0): a mode switched on
-     * meanwhile wins, and hooks_apply recomputes it when it goes off. */
-    size_t want = init_large_from() + 1;
-    size_t cur = __atomic_load_n(&malloc_medium_limit, __ATOMIC_SEQ_CST);
-    while (cur != 0 && cur != want &&
-           !__atomic_compare_exchange_n(&malloc_medium_limit, &cur, want, false,
-                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-        ;
 }
 
 void hooks_update(void)

@@ -13,9 +13,9 @@
 
 /* malloc's fast path serves size < malloc_fast_limit: SMALL_MAX + 1, or 0
  * before start-up and while a mode is on; its medium lane serves size <
- * malloc_medium_limit: init_large_from() + 1 (the mmap threshold, or the
- * span lane's start while its gate is open), or 0 at the same times (one
- * compare instead of clamping the option and testing the first limit).
+ * malloc_medium_limit: the mmap threshold + 1, or 0 at the same times (one
+ * compare instead of clamping the option and testing the first limit),
+ * but for the sizes init_medium_lane marks as span blocks.
  * free's fast path ORs hooks_tag_mask into the block's tag: 0, or
  * HOOKS_TAG_BIT while a mode is on. */
 extern HIDDEN size_t malloc_fast_limit;
@@ -47,8 +47,5 @@ HIDDEN void hooks_fork_child(void);
  * variables of the last options. Precondition: start-up has run
  * (init_ensure). */
 HIDDEN void hooks_update(void);
-/* Brings malloc's medium lane to init_large_from() (the span gate moved),
- * unless a mode is on. */
-HIDDEN void hooks_lanes_update(void);
 
 #endif

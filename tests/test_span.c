@@ -293,17 +293,20 @@ Test(span, calloc_of_reused_units_is_zero)
     }
 }
 
-Test(span, sparsely_written_blocks_shut_the_gate)
+Test(span, sparsely_written_blocks_shut_their_sizes_gate)
 {
-    /* Dense blocks keep it open: a 300 KiB request is a large (span)
-     * block. Blocks written on their first page only shut it: the same
-     * request is a medium block again, and so is the next. */
+    /* It starts open: a 300 KiB request is a large (span) block. Blocks
+     * of that size written on their first page only shut it: the same
+     * request is a medium block again, and so is the next. (A block
+     * written whole first would leave its run resident for the next ones,
+     * whose frees then say nothing of how they write.) */
     uint64_t large0 = stats().large_count;
-    char *d = written(300u << 10, 1);
-    cr_assert_eq(stats().large_count, large0 + 1, "300 KiB was no span block while dense");
+    char *d = malloc(300u << 10);
+    cr_assert_not_null(d);
+    cr_assert_eq(stats().large_count, large0 + 1, "300 KiB was no span block at first");
     free(d);
     for (int i = 0; i < 64; i++) {
-        char *p = malloc(700u << 10);
+        char *p = malloc(300u << 10);
         cr_assert_not_null(p);
         p[0] = 1;
         free(p);
@@ -313,6 +316,36 @@ Test(span, sparsely_written_blocks_shut_the_gate)
     cr_assert_eq(large1, large0, "300 KiB is still a span block after sparse ones (%llu live, %llu before)",
                  (unsigned long long)large1, (unsigned long long)large0);
     free(m);
+}
+
+Test(span, sparse_blocks_of_one_size_leave_other_written_sizes_on_spans)
+{
+    /* git log -p: one reused buffer written to a third of its run shut
+     * the span path for the dozen other sizes it writes densely, and
+     * each took a medium class's pages of its own. Sizes already seen
+     * written keep their own gate; a size never seen follows the
+     * program's (mstress: blocks of a few dozen sizes, all sparse).
+     * First every free unit goes back, so that the two written blocks
+     * take fresh units, whose frees are noted. */
+    malloc_trim(0);
+    free(written(300u << 10, 3));
+    free(written(100u << 10, 4));
+    uint64_t large0 = stats().large_count;
+    for (int i = 0; i < 64; i++) {
+        char *p = malloc(700u << 10);
+        cr_assert_not_null(p);
+        p[0] = 1;
+        free(p);
+    }
+    char *d = written(300u << 10, 5), *e = written(100u << 10, 6);
+    cr_assert_eq(stats().large_count, large0 + 2,
+                 "300 and 100 KiB are no span blocks after sparse 700 KiB ones (%llu live, %llu before)",
+                 (unsigned long long)stats().large_count, (unsigned long long)large0);
+    free(d);
+    free(e);
+    char *n = written(200u << 10, 7);
+    cr_assert_eq(stats().large_count, large0, "a size never seen took the span path while the program's gate is shut");
+    free(n);
 }
 
 Test(span, malloc_trim_gives_free_span_segments_back)
