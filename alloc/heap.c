@@ -7,8 +7,9 @@
  * A page's life: fresh from a segment -> current page of its class (the
  * fast path pops from it) -> full (flagged, off every queue, so allocation
  * never scans it) -> back on its class queue when a block is freed ->
- * empty: retired (kept, reusable by any class of its kind) -> purged and
- * released to its segment once it stayed retired for purge_delay ms.
+ * empty: retired (kept, reusable by any class of its kind, and once all
+ * of its segment's pages are, the segment by the other kind) -> purged
+ * and released to its segment once it stayed retired for purge_delay ms.
  * Emptiness is noticed by a periodic sweep, not by free(), so a
  * malloc/free ping-pong never leaves the fast path. The sweep also expires
  * the large-block cache, the one periodic duty outside the heaps.
@@ -124,6 +125,7 @@ static void heap_retire_page(struct heap *h, struct page *pg, uint64_t now)
     pg->retired_at = now;
     page_queue_push(&h->retired[kind_of_class(pg->cls)], pg);
     h->retired_of[pg->cls] = pg;
+    segment_of(pg)->pages_retired++;
 }
 
 /* Takes pg off its retired list. */
@@ -132,6 +134,7 @@ static void heap_unretire(struct heap *h, struct page *pg)
     page_queue_remove(&h->retired[kind_of_class(pg->cls)], pg);
     if (h->retired_of[pg->cls] == pg)
         h->retired_of[pg->cls] = NULL;
+    segment_of(pg)->pages_retired--;
 }
 
 /* Hands a retired page's frames back to the OS and the page to its
@@ -522,8 +525,92 @@ static struct block *heap_borrow(struct heap *h, unsigned cls)
     return NULL;
 }
 
-/* A fresh page for cls: a free page of one of h's small segments, else a
- * page of a new segment. */
+/* The start of page i's area in a segment of `kind`. */
+static size_t area_start(enum segment_kind kind, unsigned i)
+{
+    return kind == SEG_MEDIUM ? MEDIUM_HEADER : i == 0 ? SMALL_HEADER : (size_t)i * PAGE_SIZE;
+}
+
+/* One of h's segments of the other kind whose pages in use are all
+ * retired, set up for `kind` where it lies with its memory as it is, or
+ * NULL; *end: the bytes from its start that may have been written,
+ * *retired_at (unless NULL): when its last page retired. A program that frees its
+ * small blocks while it allocates medium ones (20,000 blocks of 4,000 B,
+ * each grown with realloc to 8.5-16 KB, 10 rounds) held the emptied
+ * small pages for their purge delay beside fresh medium segments, and
+ * the next round's small blocks faulted in fresh pages beside the
+ * emptied medium ones: 335 MiB of peak (290-297 this way; glibc, whose
+ * freed chunks serve any size, 241). The retired pages go back to the
+ * segment unpurged, but for what lies under a medium segment's header,
+ * purged here. */
+static struct segment *heap_rekinded_segment(struct heap *h, enum segment_kind kind, size_t *end,
+                                             uint64_t *retired_at)
+{
+    if (init_secure())
+        return NULL;            /* its guard pages stay where they are */
+    struct segment *s = h->segments;
+    while (s && (s->kind == kind || !s->pages_in_use || s->pages_retired != s->pages_in_use))
+        s = s->next;
+    if (!s)
+        return NULL;
+    *end = 0;
+    uint64_t newest = 0;
+    for (unsigned i = 0; i < s->page_count; i++) {
+        struct page *pg = &s->pages[i];
+        if (s->free_pages >> i & 1)
+            continue;           /* released, so purged */
+        newest = pg->retired_at > newest ? pg->retired_at : newest;
+        size_t start = area_start(s->kind, i), written = align_up(pg->touched, OS_PAGE);
+        if (written && start + written > *end)
+            *end = start + written;
+        if (written && kind == SEG_MEDIUM && start < MEDIUM_HEADER)
+            os_purge((char *)s + start, MEDIUM_HEADER - start < written ? MEDIUM_HEADER - start
+                                                                        : written);
+        heap_unretire(h, pg);
+        segment_release_page(s, pg);
+    }
+    os_purge_flush();
+    segment_rekind(s, kind);
+    if (retired_at)
+        *retired_at = newest;
+    return s;
+}
+
+/* The pages of a segment that was medium and is small now (above): each
+ * one its old page wrote, as far as it did, becomes a retired page of
+ * cls, to be reused by any small class (a free page of a segment is taken
+ * to be purged). They are purged when the medium page would have been:
+ * dated back by the difference of the two delays, at the list's oldest
+ * end. Whether there was any. */
+static bool heap_rekind_to_small(struct heap *h, unsigned cls)
+{
+    size_t end;
+    uint64_t since;
+    struct segment *s = heap_rekinded_segment(h, SEG_SMALL, &end, &since);
+    if (!s)
+        return false;
+    uint64_t delay = init_purge_delay_ms(), back = delay - delay / MEDIUM_DELAY_DIVISOR;
+    since = since > back ? since - back : 0;
+    bool any = false;
+    for (unsigned i = s->page_count - 1u; i >= 1; i--) {
+        if (end <= (size_t)i * PAGE_SIZE)
+            continue;
+        struct page *pg = segment_take_page_at(s, i);
+        size_t written = end - (size_t)i * PAGE_SIZE;
+        pg->touched = (uint32_t)(written < PAGE_SIZE ? written : PAGE_SIZE);
+        page_init(s, pg, cls);
+        pg->retired_at = since;
+        page_queue_push_front(&h->retired[0], pg);
+        s->pages_retired++;
+        any = true;
+    }
+    return any;
+}
+
+/* A fresh page for cls: a free page of one of h's small segments, else
+ * the page of a small segment the heap emptied, made medium (above),
+ * else a page of a new segment. (A small class finds a medium segment's
+ * pages retired: alloc_slow_locked asks heap_rekind_to_small first.) */
 static struct page *heap_fresh_page(struct heap *h, unsigned cls)
 {
     unsigned k = kind_of_class(cls);
@@ -535,7 +622,16 @@ static struct page *heap_fresh_page(struct heap *h, unsigned cls)
             return pg;
         }
     }
-    struct segment *s = segment_alloc(h, h->tag, k == 0 ? SEG_SMALL : SEG_MEDIUM);
+    size_t end;
+    struct segment *s = k == 1 ? heap_rekinded_segment(h, SEG_MEDIUM, &end, NULL) : NULL;
+    if (s) {
+        pg = segment_take_page(s);
+        if (end > MEDIUM_HEADER)
+            pg->touched = (uint32_t)(end - MEDIUM_HEADER);
+        page_init(s, pg, cls);
+        return pg;
+    }
+    s = segment_alloc(h, h->tag, k == 0 ? SEG_SMALL : SEG_MEDIUM);
     if (!s)
         return NULL;
     s->prev = NULL;
@@ -596,6 +692,8 @@ static void *alloc_slow_locked(struct heap *h, unsigned cls, bool exact)
         page_queue_remove(&h->queue[cls], pg);
     }
     pg = heap_retired_page(h, cls);
+    if (!pg && cls < NUM_SMALL_CLASSES && heap_rekind_to_small(h, cls))
+        pg = heap_retired_page(h, cls);
     if (!pg) {
         struct block *b = exact ? NULL : heap_borrow(h, cls);
         if (b)

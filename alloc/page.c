@@ -341,6 +341,17 @@ void page_queue_push(struct page_queue *q, struct page *pg)
     q->last = pg;
 }
 
+void page_queue_push_front(struct page_queue *q, struct page *pg)
+{
+    pg->prev = NULL;
+    pg->next = q->first;
+    if (q->first)
+        q->first->prev = pg;
+    else
+        q->last = pg;
+    q->first = pg;
+}
+
 void page_queue_remove(struct page_queue *q, struct page *pg)
 {
     if (pg->prev)

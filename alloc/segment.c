@@ -169,6 +169,21 @@ struct segment *segment_alloc(struct heap *h, uint16_t tag, enum segment_kind ki
     return s;
 }
 
+void segment_rekind(struct segment *s, enum segment_kind kind)
+{
+    /* Under the lock: a segment freed or allocated beside it writes its
+     * all_* links, and the statistics walk reads its header. */
+    lock_take(&segment_lock);
+    struct segment *next = s->next, *prev = s->prev, *all_next = s->all_next,
+                   *all_prev = s->all_prev;
+    segment_init_header(s, s->heap, kind, false);
+    s->next = next;
+    s->prev = prev;
+    s->all_next = all_next;
+    s->all_prev = all_prev;
+    lock_give(&segment_lock);
+}
+
 /* Precondition: no page of s is in use, and every page area was purged. */
 void segment_free(struct segment *s)
 {
@@ -227,15 +242,19 @@ void segment_cache_release(void)
 }
 
 /* Returns an unassigned page of s, or NULL when all are taken. */
-struct page *segment_take_page(struct segment *s)
+struct page *segment_take_page_at(struct segment *s, unsigned i)
 {
-    if (!s->free_pages)
-        return NULL;
-    unsigned i = (unsigned)__builtin_ctzll(s->free_pages);
     s->free_pages &= ~((uint64_t)1 << i);
     s->pages_in_use++;
     s->pages[i].index = (uint16_t)i;   /* written here, not at mapping (see the header) */
     return &s->pages[i];
+}
+
+struct page *segment_take_page(struct segment *s)
+{
+    if (!s->free_pages)
+        return NULL;
+    return segment_take_page_at(s, (unsigned)__builtin_ctzll(s->free_pages));
 }
 
 /* Precondition: pg's area has been purged (or was never touched). */

@@ -125,7 +125,9 @@ struct segment {
     struct heap *heap;
     uint32_t kind;
     uint32_t page_shift;       /* PAGE_SHIFT or SEGMENT_SHIFT */
-    uint32_t pages_in_use;
+    uint16_t pages_in_use;
+    uint16_t pages_retired;    /* of those, empty and kept on the heap's
+                                  retired lists (heap.c) */
     uint16_t page_count;
     uint16_t guarded;          /* last OS page is PROT_NONE (secure mode) */
     uint64_t free_pages;       /* bitmap of pages not assigned to a class */
@@ -224,8 +226,14 @@ HIDDEN void segment_init_secret(void);
 /* Maps the segment map; before any segment or large block exists. */
 HIDDEN void segmap_init(void);
 HIDDEN struct segment *segment_alloc(struct heap *h, uint16_t tag, enum segment_kind kind);
+/* Sets s, whose pages are all released, up as a segment of `kind` where
+ * it lies, keeping its owner, tag and list links; its memory stays as it
+ * is (the caller notes what was written in the new pages' `touched`). */
+HIDDEN void segment_rekind(struct segment *s, enum segment_kind kind);
 HIDDEN void segment_free(struct segment *s);
 HIDDEN struct page *segment_take_page(struct segment *s);
+/* Page i of s, which is free. */
+HIDDEN struct page *segment_take_page_at(struct segment *s, unsigned i);
 HIDDEN void segment_release_page(struct segment *s, struct page *pg);
 HIDDEN void segmap_set_range(const void *p, size_t size, uint16_t first, uint16_t rest);
 HIDDEN void segment_cache_release(void);

@@ -953,3 +953,61 @@ Test(purge, a_medium_block_reused_without_its_second_word_written_is_purged_agai
     cr_assert_eq(written, N * MEDIUM_PAGES);
     cr_assert_leq(after, N, "%d -> %d OS pages in RAM", written, after);
 }
+
+/* Writes every block of v[n] whole (the pages fault here, if anywhere)
+ * and returns the faults that took. */
+static long write_all(unsigned char **v, int n, size_t size, int byte)
+{
+    long f0 = minor_faults();
+    for (int i = 0; i < n; i++)
+        memset(v[i], byte, size);
+    return minor_faults() - f0;
+}
+
+/* Sleeps past a sweep interval and allocates, so that the sweep retires
+ * the pages emptied since the last one (purge_delay 10 s: a sweep every
+ * 500 ms, and retired pages kept). */
+static void let_a_sweep_retire(void)
+{
+    for (int i = 0; i < 3; i++) {
+        sleep_ms(300);
+        allocate_a_little(24);
+        allocate_a_little(100000);
+    }
+}
+
+Test(purge, an_emptied_segment_of_one_kind_serves_the_other_warm, .timeout = 30)
+{
+    /* A program that frees its small blocks and then allocates medium
+     * ones, and back: the emptied segments are taken over where they lie
+     * instead of fresh ones being faulted in beside them (12 MiB each
+     * way: about 3,000 faults without). 24 MiB of small blocks first, so
+     * that three of their segments hold nothing else (the harness's own
+     * small blocks keep the first one). */
+    enum { SMALL_N = 3000, SMALL = 4000, MEDIUM_N = 1000, MEDIUM = 12000 };
+    cr_assert_eq(tally_option_set("purge_delay", "10000"), 0);
+    static unsigned char *s[2 * SMALL_N], *m[MEDIUM_N];
+    for (int i = 0; i < 2 * SMALL_N; i++)
+        cr_assert_not_null(s[i] = malloc(SMALL));
+    write_all(s, 2 * SMALL_N, SMALL, 1);
+    for (int i = 0; i < 2 * SMALL_N; i++)
+        free(s[i]);
+    let_a_sweep_retire();
+    for (int i = 0; i < MEDIUM_N; i++)
+        cr_assert_not_null(m[i] = malloc(MEDIUM));
+    long medium_faults = write_all(m, MEDIUM_N, MEDIUM, 2);
+    cr_assert_lt(medium_faults, 1000, "medium blocks faulted %ld pages in beside emptied small pages",
+                 medium_faults);
+    for (int i = 0; i < MEDIUM_N; i++)
+        free(m[i]);
+    let_a_sweep_retire();
+    for (int i = 0; i < SMALL_N; i++)
+        cr_assert_not_null(s[i] = malloc(SMALL));
+    long small_faults = write_all(s, SMALL_N, SMALL, 3);
+    cr_assert_lt(small_faults, 1000, "small blocks faulted %ld pages in beside emptied medium pages",
+                 small_faults);
+    for (int i = 0; i < SMALL_N; i++) {
+        cr_assert_eq(s[i][SMALL - 1], 3);
+        free(s[i]);
+    }
+}
