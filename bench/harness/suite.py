@@ -95,6 +95,8 @@ WORKLOADS = [
     Workload("bufchurn", "w_bufchurn", ["-n", "20000"], ["-n", "200000"],
              "threads replace live 32..256 KiB buffers at random",
              threaded=True, work_per_thread=True),
+    Workload("phase", "w_phase", ["-n", "20000", "-r", "5"], ["-n", "20000", "-r", "20"],
+             "20k records of 4,000 B grown to 8.5..16 KB, freed; again"),
 ]
 
 
