@@ -26,7 +26,7 @@ HIDDEN struct block *page_extend(struct page *pg);
  * pages to clear them; git commit callocs two). */
 extern HIDDEN __thread void *page_zero_block TLS_IE;
 HIDDEN void page_queue_push(struct page_queue *q, struct page *pg);
-/* At the front: the oldest end, which is purged first. */
+/* At the front (of a retired list: its oldest end, purged first). */
 HIDDEN void page_queue_push_front(struct page_queue *q, struct page *pg);
 HIDDEN void page_queue_remove(struct page_queue *q, struct page *pg);
 

@@ -241,7 +241,6 @@ void segment_cache_release(void)
         os_unmap(rest, rest_size);
 }
 
-/* Returns an unassigned page of s, or NULL when all are taken. */
 struct page *segment_take_page_at(struct segment *s, unsigned i)
 {
     s->free_pages &= ~((uint64_t)1 << i);
@@ -250,6 +249,7 @@ struct page *segment_take_page_at(struct segment *s, unsigned i)
     return &s->pages[i];
 }
 
+/* Returns an unassigned page of s, or NULL when all are taken. */
 struct page *segment_take_page(struct segment *s)
 {
     if (!s->free_pages)
