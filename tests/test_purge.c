@@ -954,14 +954,22 @@ Test(purge, a_medium_block_reused_without_its_second_word_written_is_purged_agai
     cr_assert_leq(after, N, "%d -> %d OS pages in RAM", written, after);
 }
 
-/* Writes every block of v[n] whole (the pages fault here, if anywhere)
- * and returns the faults that took. */
-static long write_all(unsigned char **v, int n, size_t size, int byte)
+/* Allocates n blocks of `size` into v and writes each whole; returns the
+ * faults the writes took (the pages fault there, if anywhere). */
+static long allocate_written(unsigned char **v, int n, size_t size, int byte)
 {
+    for (int i = 0; i < n; i++)
+        cr_assert_not_null(v[i] = malloc(size));
     long f0 = minor_faults();
     for (int i = 0; i < n; i++)
         memset(v[i], byte, size);
     return minor_faults() - f0;
+}
+
+static void free_each(unsigned char **v, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(v[i]);
 }
 
 /* Sleeps past a sweep interval and allocates, so that the sweep retires
@@ -987,27 +995,18 @@ Test(purge, an_emptied_segment_of_one_kind_serves_the_other_warm, .timeout = 30)
     enum { SMALL_N = 3000, SMALL = 4000, MEDIUM_N = 1000, MEDIUM = 12000 };
     cr_assert_eq(tally_option_set("purge_delay", "10000"), 0);
     static unsigned char *s[2 * SMALL_N], *m[MEDIUM_N];
-    for (int i = 0; i < 2 * SMALL_N; i++)
-        cr_assert_not_null(s[i] = malloc(SMALL));
-    write_all(s, 2 * SMALL_N, SMALL, 1);
-    for (int i = 0; i < 2 * SMALL_N; i++)
-        free(s[i]);
+    allocate_written(s, 2 * SMALL_N, SMALL, 1);
+    free_each(s, 2 * SMALL_N);
     let_a_sweep_retire();
-    for (int i = 0; i < MEDIUM_N; i++)
-        cr_assert_not_null(m[i] = malloc(MEDIUM));
-    long medium_faults = write_all(m, MEDIUM_N, MEDIUM, 2);
+    long medium_faults = allocate_written(m, MEDIUM_N, MEDIUM, 2);
     cr_assert_lt(medium_faults, 1000, "medium blocks faulted %ld pages in beside emptied small pages",
                  medium_faults);
-    for (int i = 0; i < MEDIUM_N; i++)
-        free(m[i]);
+    free_each(m, MEDIUM_N);
     let_a_sweep_retire();
-    for (int i = 0; i < SMALL_N; i++)
-        cr_assert_not_null(s[i] = malloc(SMALL));
-    long small_faults = write_all(s, SMALL_N, SMALL, 3);
+    long small_faults = allocate_written(s, SMALL_N, SMALL, 3);
     cr_assert_lt(small_faults, 1000, "small blocks faulted %ld pages in beside emptied medium pages",
                  small_faults);
-    for (int i = 0; i < SMALL_N; i++) {
+    for (int i = 0; i < SMALL_N; i++)
         cr_assert_eq(s[i][SMALL - 1], 3);
-        free(s[i]);
-    }
+    free_each(s, SMALL_N);
 }
