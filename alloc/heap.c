@@ -534,15 +534,15 @@ static size_t area_start(enum segment_kind kind, unsigned i)
 /* One of h's segments of the other kind whose pages in use are all
  * retired, set up for `kind` where it lies with its memory as it is, or
  * NULL; *end: the bytes from its start that may have been written,
- * *retired_at (unless NULL): when its last page retired. A program that frees its
- * small blocks while it allocates medium ones (20,000 blocks of 4,000 B,
- * each grown with realloc to 8.5-16 KB, 10 rounds) held the emptied
- * small pages for their purge delay beside fresh medium segments, and
- * the next round's small blocks faulted in fresh pages beside the
- * emptied medium ones: 335 MiB of peak (290-297 this way; glibc, whose
- * freed chunks serve any size, 241). The retired pages go back to the
- * segment unpurged, but for what lies under a medium segment's header,
- * purged here. */
+ * *retired_at (unless NULL): when its last page retired. A program that
+ * frees its small blocks while it allocates medium ones (20,000 blocks of
+ * 4,000 B, each grown with realloc to 8.5-16 KB, 10 rounds) held the
+ * emptied small pages for their purge delay beside fresh medium
+ * segments, and the next round's small blocks faulted in fresh pages
+ * beside the emptied medium ones: 335 MiB of peak (290-297 this way;
+ * glibc, whose freed chunks serve any size, 241). The retired pages go
+ * back to the segment unpurged, but for what lies under a medium
+ * segment's header, purged here. */
 static struct segment *heap_rekinded_segment(struct heap *h, enum segment_kind kind, size_t *end,
                                              uint64_t *retired_at)
 {
