@@ -622,24 +622,21 @@ static struct page *heap_fresh_page(struct heap *h, unsigned cls)
             return pg;
         }
     }
-    size_t end;
+    size_t end = 0;
     struct segment *s = k == 1 ? heap_rekinded_segment(h, SEG_MEDIUM, &end, NULL) : NULL;
-    if (s) {
-        pg = segment_take_page(s);
-        if (end > MEDIUM_HEADER)
-            pg->touched = (uint32_t)(end - MEDIUM_HEADER);
-        page_init(s, pg, cls);
-        return pg;
+    if (!s) {
+        s = segment_alloc(h, h->tag, k == 0 ? SEG_SMALL : SEG_MEDIUM);
+        if (!s)
+            return NULL;
+        s->prev = NULL;
+        s->next = h->segments;
+        if (h->segments)
+            h->segments->prev = s;
+        h->segments = s;
     }
-    s = segment_alloc(h, h->tag, k == 0 ? SEG_SMALL : SEG_MEDIUM);
-    if (!s)
-        return NULL;
-    s->prev = NULL;
-    s->next = h->segments;
-    if (h->segments)
-        h->segments->prev = s;
-    h->segments = s;
     pg = segment_take_page(s);
+    if (end > MEDIUM_HEADER)    /* a small segment's written bytes, now medium */
+        pg->touched = (uint32_t)(end - MEDIUM_HEADER);
     page_init(s, pg, cls);
     return pg;
 }

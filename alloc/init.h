@@ -37,6 +37,12 @@ HIDDEN size_t init_large_from(size_t size);
  * right. */
 #define INIT_LANE_SPAN 0x80
 extern HIDDEN uint8_t init_medium_lane[MEDIUM_MAX >> 10];
+
+/* The lane's entry for `size`. Precondition: SMALL_MAX < size <= MEDIUM_MAX. */
+static inline unsigned init_lane_entry(size_t size)
+{
+    return __atomic_load_n(&init_medium_lane[(size - 1) >> 10], __ATOMIC_RELAXED);
+}
 /* A span gate moved (span.c): the lane's entries follow init_large_from. */
 HIDDEN void init_lanes_changed(void);
 

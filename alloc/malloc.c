@@ -140,7 +140,7 @@ EXPORT FAST_ENTRY void *malloc(size_t size)
          * the table misfiled (100 B got an 80 B block, 16..64 B an index
          * far past current[]); the table would give it a 1..8 KiB class,
          * bigger than it needs. */
-        unsigned e = __atomic_load_n(&init_medium_lane[(size - 1) >> 10], __ATOMIC_RELAXED);
+        unsigned e = init_lane_entry(size);
         if (!(e & INIT_LANE_SPAN)) {
             struct block *b = take_inline(h, h->current[e]);
             if (b != NULL)
@@ -331,10 +331,7 @@ static bool is_pow2(size_t x) { return x && !(x & (x - 1)); }
 static ALWAYS_INLINE struct block *aligned_take(struct heap *h, size_t size, size_t align)
 {
     size_t limit = malloc_medium_limit;             /* plain: see malloc */
-    if (likely(size < limit) &&
-        (size <= SMALL_MAX ||
-         !(__atomic_load_n(&init_medium_lane[(size - 1) >> 10], __ATOMIC_RELAXED) &
-           INIT_LANE_SPAN))) {
+    if (likely(size < limit) && (size <= SMALL_MAX || !(init_lane_entry(size) & INIT_LANE_SPAN))) {
         int cls = raw_aligned_class(size, align, limit - 1);
         if (likely(cls >= 0))
             return take_inline(h, h->current[cls]);

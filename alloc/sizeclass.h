@@ -64,17 +64,12 @@ static inline unsigned sizeclass_of_medium(size_t size)
     return 8u + (b - 7u) * 8u + k;
 }
 
-/* The same for malloc's medium lane, by table: above SMALL_MAX every class
+/* The same by table, entry (size - 1) >> 10: above SMALL_MAX every class
  * size is a multiple of 1 KiB, so the KiB a request reaches into decides
  * its class (4 instructions against the computation's 10; a 50,000 B
- * pair 105 -> 99). sizeclass.c builds the table from the formula above.
- * Precondition: SMALL_MAX < size <= MEDIUM_MAX. */
+ * pair 105 -> 99). sizeclass.c builds it from the formula above; malloc's
+ * medium lane reads its copy with the span bits (init.h). */
 extern HIDDEN const uint8_t sizeclass_medium_by_kib[MEDIUM_MAX >> 10];
-
-static inline unsigned sizeclass_of_medium_lane(size_t size)
-{
-    return sizeclass_medium_by_kib[(size - 1) >> 10];
-}
 
 /* Precondition: size <= MEDIUM_MAX. */
 static inline unsigned sizeclass_of(size_t size)
