@@ -117,21 +117,40 @@ static void heap_free_block(struct heap *h, struct page *pg, struct block *b)
         page_unfull(h, pg);
 }
 
-static void heap_retire_page(struct heap *h, struct page *pg, uint64_t now)
+/* Takes pg, an empty page, out of its class's queue. */
+static void heap_unqueue_empty(struct heap *h, struct page *pg)
 {
     page_queue_remove(&h->queue[pg->cls], pg);
     if (h->current[pg->cls] == pg)
         heap_set_current(h, pg->cls, &page_empty);
-    pg->retired_at = now;
-    page_queue_push(&h->retired[kind_of_class(pg->cls)], pg);
-    h->retired_of[pg->cls] = pg;
+}
+
+/* Puts pg, an empty page out of any queue, on its kind's retired list as
+ * retired at `at`: at the newest end, or at the oldest (`oldest`). */
+static void heap_retired_push(struct heap *h, struct page *pg, uint64_t at, bool oldest)
+{
+    struct page_queue *q = &h->retired[kind_of_class(pg->cls)];
+    pg->retired_at = at;
+    pg->flags |= PAGE_RETIRED;
+    if (oldest)
+        page_queue_push_front(q, pg);
+    else
+        page_queue_push(q, pg);
     segment_of(pg)->pages_retired++;
+}
+
+static void heap_retire_page(struct heap *h, struct page *pg, uint64_t now)
+{
+    heap_unqueue_empty(h, pg);
+    heap_retired_push(h, pg, now, false);
+    h->retired_of[pg->cls] = pg;
 }
 
 /* Takes pg off its retired list. */
 static void heap_unretire(struct heap *h, struct page *pg)
 {
     page_queue_remove(&h->retired[kind_of_class(pg->cls)], pg);
+    pg->flags &= (uint16_t)~PAGE_RETIRED;
     if (h->retired_of[pg->cls] == pg)
         h->retired_of[pg->cls] = NULL;
     segment_of(pg)->pages_retired--;
@@ -531,48 +550,70 @@ static size_t area_start(enum segment_kind kind, unsigned i)
     return kind == SEG_MEDIUM ? MEDIUM_HEADER : i == 0 ? SMALL_HEADER : (size_t)i * PAGE_SIZE;
 }
 
+/* Whether every page s has in use is empty: retired, or emptied since
+ * the last sweep and still in its class's queue. Most segments answer at
+ * their first page. */
+static bool segment_emptied(const struct segment *s)
+{
+    if (s->pages_retired == s->pages_in_use)
+        return true;
+    for (unsigned i = 0; i < s->page_count; i++) {
+        if (!(s->free_pages >> i & 1) && s->pages[i].used)
+            return false;
+    }
+    return true;
+}
+
 /* One of h's segments of the other kind whose pages in use are all
- * retired, set up for `kind` where it lies with its memory as it is, or
+ * empty, set up for `kind` where it lies with its memory as it is, or
  * NULL; *end: the bytes from its start that may have been written,
- * *retired_at (unless NULL): when its last page retired. A program that
- * frees its small blocks while it allocates medium ones (20,000 blocks of
- * 4,000 B, each grown with realloc to 8.5-16 KB, 10 rounds) held the
- * emptied small pages for their purge delay beside fresh medium
- * segments, and the next round's small blocks faulted in fresh pages
- * beside the emptied medium ones: 335 MiB of peak (290-297 this way;
- * glibc, whose freed chunks serve any size, 241). The retired pages go
- * back to the segment unpurged, but for what lies under a medium
- * segment's header, purged here. */
+ * *retired_at (unless NULL): when its last page emptied (now, for one the
+ * sweep has not retired yet). A program that frees its small blocks while
+ * it allocates medium ones (20,000 blocks of 4,000 B, each grown with
+ * realloc to 8.5-16 KB, 10 rounds) held the emptied small pages for their
+ * purge delay beside fresh medium segments, and the next round's small
+ * blocks faulted in fresh pages beside the emptied medium ones: 335 MiB
+ * of peak; 318 taking segments whose pages the sweep retired, 270
+ * taking those it has not got to yet as well (it retires small pages
+ * every 50 ms, and a phase's segments empty in between; glibc, whose
+ * freed chunks serve any size, 236; 5 rounds). The pages go back to the segment unpurged, but
+ * for what lies under a medium segment's header, purged here. */
 static struct segment *heap_rekinded_segment(struct heap *h, enum segment_kind kind, size_t *end,
                                              uint64_t *retired_at)
 {
     if (init_secure())
         return NULL;            /* its guard pages stay where they are */
     struct segment *s = h->segments;
-    while (s && (s->kind == kind || !s->pages_in_use || s->pages_retired != s->pages_in_use))
+    while (s && (s->kind == kind || !s->pages_in_use || !segment_emptied(s)))
         s = s->next;
     if (!s)
         return NULL;
     *end = 0;
     uint64_t newest = 0;
+    bool unswept = false;
     for (unsigned i = 0; i < s->page_count; i++) {
         struct page *pg = &s->pages[i];
         if (s->free_pages >> i & 1)
             continue;           /* released, so purged */
-        newest = pg->retired_at > newest ? pg->retired_at : newest;
         size_t start = area_start(s->kind, i), written = align_up(pg->touched, OS_PAGE);
         if (written && start + written > *end)
             *end = start + written;
         if (written && kind == SEG_MEDIUM && start < MEDIUM_HEADER)
             os_purge((char *)s + start, MEDIUM_HEADER - start < written ? MEDIUM_HEADER - start
                                                                         : written);
-        heap_unretire(h, pg);
+        if (pg->flags & PAGE_RETIRED) {
+            newest = pg->retired_at > newest ? pg->retired_at : newest;
+            heap_unretire(h, pg);
+        } else {
+            unswept = true;
+            heap_unqueue_empty(h, pg);
+        }
         segment_release_page(s, pg);
     }
     os_purge_flush();
     segment_rekind(s, kind);
     if (retired_at)
-        *retired_at = newest;
+        *retired_at = unswept ? os_now_ms() : newest;
     return s;
 }
 
@@ -599,9 +640,7 @@ static bool heap_rekind_to_small(struct heap *h, unsigned cls)
         size_t written = end - (size_t)i * PAGE_SIZE;
         pg->touched = (uint32_t)(written < PAGE_SIZE ? written : PAGE_SIZE);
         page_init(s, pg, cls);
-        pg->retired_at = since;
-        page_queue_push_front(&h->retired[0], pg);
-        s->pages_retired++;
+        heap_retired_push(h, pg, since, true);
         any = true;
     }
     return any;

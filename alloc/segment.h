@@ -41,6 +41,10 @@ enum segment_kind { SEG_SMALL = 1, SEG_MEDIUM = 2 };
  * lies where nothing was written since the area was mapped or purged, so
  * its blocks are zero (page.c, page_extend; calloc skips clearing them). */
 #define PAGE_ZERO_RUN 0x8
+/* On its heap's retired list (heap.c): what tells a retired page from an
+ * empty one still in its class's queue when a segment changes kind. A
+ * retired page holds no block, so no fast path reads the bit. */
+#define PAGE_RETIRED  0x10
 
 /* A free block's first word links it to the next free block, XOR-ed with a
  * per-process secret: a linear overflow from the block before it, or a

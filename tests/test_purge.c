@@ -984,29 +984,45 @@ static void let_a_sweep_retire(void)
     }
 }
 
-Test(purge, an_emptied_segment_of_one_kind_serves_the_other_warm, .timeout = 30)
+/* Frees 24 MiB of written small blocks and allocates 12 MiB of medium
+ * ones, then frees those and allocates 12 MiB of small ones, asking a
+ * sweep in between when `swept`: the emptied segments are taken over
+ * where they lie instead of fresh ones being faulted in beside them
+ * (about 3,000 faults each way without). 24 MiB first, so that three of
+ * the small segments hold nothing else (the harness's own small blocks
+ * keep the first one). */
+static void swap_kinds(bool swept)
 {
-    /* A program that frees its small blocks and then allocates medium
-     * ones, and back: the emptied segments are taken over where they lie
-     * instead of fresh ones being faulted in beside them (12 MiB each
-     * way: about 3,000 faults without). 24 MiB of small blocks first, so
-     * that three of their segments hold nothing else (the harness's own
-     * small blocks keep the first one). */
     enum { SMALL_N = 3000, SMALL = 4000, MEDIUM_N = 1000, MEDIUM = 12000 };
     cr_assert_eq(tally_option_set("purge_delay", "10000"), 0);
     static unsigned char *s[2 * SMALL_N], *m[MEDIUM_N];
     allocate_written(s, 2 * SMALL_N, SMALL, 1);
     free_each(s, 2 * SMALL_N);
-    let_a_sweep_retire();
+    if (swept)
+        let_a_sweep_retire();
     long medium_faults = allocate_written(m, MEDIUM_N, MEDIUM, 2);
     cr_assert_lt(medium_faults, 1000, "medium blocks faulted %ld pages in beside emptied small pages",
                  medium_faults);
     free_each(m, MEDIUM_N);
-    let_a_sweep_retire();
+    if (swept)
+        let_a_sweep_retire();
     long small_faults = allocate_written(s, SMALL_N, SMALL, 3);
     cr_assert_lt(small_faults, 1000, "small blocks faulted %ld pages in beside emptied medium pages",
                  small_faults);
     for (int i = 0; i < SMALL_N; i++)
         cr_assert_eq(s[i][SMALL - 1], 3);
     free_each(s, SMALL_N);
+}
+
+Test(purge, an_emptied_segment_of_one_kind_serves_the_other_warm, .timeout = 30)
+{
+    swap_kinds(true);
+}
+
+Test(purge, a_segment_emptied_since_the_last_sweep_serves_the_other_kind, .timeout = 30)
+{
+    /* Pages the sweep has not retired yet: with purge_delay 10 s it looks
+     * every 500 ms and retires small pages every 5 s, and this runs in a
+     * few ms. */
+    swap_kinds(false);
 }
