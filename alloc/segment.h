@@ -73,7 +73,11 @@ struct page {
     uint32_t used;             /* blocks handed out and not yet freed */
     uint16_t flags;
     uint8_t  cls;
-    uint8_t  sparse_seen;      /* small: the last sweep found it sparse (heap.c) */
+    union {
+        uint8_t sparse_seen;   /* small: the last sweep found it sparse (heap.c) */
+        uint8_t carved_seen;   /* medium: `reserved`'s low byte at the sweep's
+                                  last look (heap.c) */
+    };
     uint16_t capacity;         /* blocks that fit in the page */
     uint16_t reserved;         /* blocks carved from the area so far */
     uint16_t index;            /* position in the segment */

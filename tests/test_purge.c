@@ -1026,3 +1026,28 @@ Test(purge, a_segment_emptied_since_the_last_sweep_serves_the_other_kind, .timeo
      * few ms. */
     swap_kinds(false);
 }
+
+Test(purge, a_medium_page_still_carving_keeps_what_the_other_kind_wrote, .timeout = 30)
+{
+    /* Small segments emptied of written blocks become medium pages, 4 MiB
+     * written each. Sweeps come while they carve, a batch of blocks
+     * between two (purge_delay 100 ms: a look every 5 ms); a page that
+     * carved since the last look keeps what lies ahead of its carving, so
+     * the blocks do not fault it in again (about 2,400 faults if every
+     * sweep trims it). */
+    enum { SMALL_N = 3000, SMALL = 4000, BATCHES = 20, PER = 50, MEDIUM = 12000 };
+    cr_assert_eq(tally_option_set("purge_delay", "100"), 0);
+    static unsigned char *s[2 * SMALL_N], *m[BATCHES * PER];
+    allocate_written(s, 2 * SMALL_N, SMALL, 1);
+    free_each(s, 2 * SMALL_N);
+    long faults = 0;
+    for (int b = 0; b < BATCHES; b++) {
+        faults += allocate_written(m + b * PER, PER, MEDIUM, 2);
+        sleep_ms(6);
+        for (int k = 0; k < 5; k++)
+            allocate_a_little(24);      /* past a tick: the sweep is due */
+    }
+    cr_assert_lt(faults, 1000, "medium blocks faulted %ld pages in where small ones were written",
+                 faults);
+    free_each(m, BATCHES * PER);
+}
