@@ -195,8 +195,9 @@ static void heap_sweep_live_page(struct heap *h, struct page *pg, bool at_once, 
      * in phases (w_phase) emptied of small blocks became a medium page
      * whose 4 MiB were trimmed at the next sweep, a few ms later, and
      * faulted in again block by block: 8,000-27,000 faults a round (0
-     * with purge_delay=400), 0-2,300 this way. (8 bits of the count tell it from the page
-     * standing still; a wrap of exactly 256 blocks only trims early.) */
+     * with purge_delay=400), 0-2,300 this way. (8 bits of the count tell
+     * it from a page standing still; a wrap of exactly 256 blocks only
+     * trims early.) */
     if (!medium || at_once || pg->carved_seen == (uint8_t)pg->reserved)
         page_purge_tail(pg);
     if (medium)
@@ -588,8 +589,9 @@ static bool segment_emptied(const struct segment *s)
  * of peak; 318 taking segments whose pages the sweep retired, 270
  * taking those it has not got to yet as well (it retires small pages
  * every 50 ms, and a phase's segments empty in between; glibc, whose
- * freed chunks serve any size, 236; 5 rounds). The pages go back to the segment unpurged, but
- * for what lies under a medium segment's header, purged here. */
+ * freed chunks serve any size, 236; 5 rounds). The pages go back to the
+ * segment unpurged, but for what lies under a medium segment's header,
+ * purged here. */
 static struct segment *heap_rekinded_segment(struct heap *h, enum segment_kind kind, size_t *end,
                                              uint64_t *retired_at)
 {

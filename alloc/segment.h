@@ -43,7 +43,8 @@ enum segment_kind { SEG_SMALL = 1, SEG_MEDIUM = 2 };
 #define PAGE_ZERO_RUN 0x8
 /* On its heap's retired list (heap.c): what tells a retired page from an
  * empty one still in its class's queue when a segment changes kind. A
- * retired page holds no block, so no fast path reads the bit. */
+ * retired page holds no block: only a bad free meets the bit, which sends
+ * it off free's fast path to the owner's checks (raw.c). */
 #define PAGE_RETIRED  0x10
 
 /* A free block's first word links it to the next free block, XOR-ed with a
