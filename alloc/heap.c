@@ -564,12 +564,18 @@ static size_t area_start(enum segment_kind kind, unsigned i)
 }
 
 /* Whether every page s has in use is empty: retired, or emptied since
- * the last sweep and still in its class's queue. Most segments answer at
- * their first page. */
-static bool segment_emptied(const struct segment *s)
+ * the last sweep and still in its class's queue, when the heap's last
+ * page went to the kind that asks now (a phase of one kind under way).
+ * Taken at once while the kinds take pages by turns, emptied pages that
+ * their own kind would have reused cost a program whose small and medium
+ * blocks come and go together (mstress) 5% of its peak. Most segments
+ * answer at their first page. */
+static bool segment_emptied(const struct heap *h, const struct segment *s)
 {
     if (s->pages_retired == s->pages_in_use)
         return true;
+    if (h->last_took == (s->kind == SEG_SMALL ? 0 : 1))
+        return false;
     for (unsigned i = 0; i < s->page_count; i++) {
         if (!(s->free_pages >> i & 1) && s->pages[i].used)
             return false;
@@ -598,7 +604,7 @@ static struct segment *heap_rekinded_segment(struct heap *h, enum segment_kind k
     if (init_secure())
         return NULL;            /* its guard pages stay where they are */
     struct segment *s = h->segments;
-    while (s && (s->kind == kind || !s->pages_in_use || !segment_emptied(s)))
+    while (s && (s->kind == kind || !s->pages_in_use || !segment_emptied(h, s)))
         s = s->next;
     if (!s)
         return NULL;
@@ -754,6 +760,7 @@ static void *alloc_slow_locked(struct heap *h, unsigned cls, bool exact)
         heap_set_current(h, cls, &page_empty);
         return NULL;
     }
+    h->last_took = (uint8_t)kind_of_class(cls);
     page_queue_push(&h->queue[cls], pg);
     heap_set_current(h, cls, pg);
     return page_pop(pg);
