@@ -591,11 +591,11 @@ static bool segment_emptied(const struct heap *h, const struct segment *s)
  * it allocates medium ones (20,000 blocks of 4,000 B, each grown with
  * realloc to 8.5-16 KB, 10 rounds) held the emptied small pages for their
  * purge delay beside fresh medium segments, and the next round's small
- * blocks faulted in fresh pages beside the emptied medium ones: 335 MiB
- * of peak; 318 taking segments whose pages the sweep retired, 270
- * taking those it has not got to yet as well (it retires small pages
- * every 50 ms, and a phase's segments empty in between; glibc, whose
- * freed chunks serve any size, 236; 5 rounds). The pages go back to the
+ * blocks faulted in fresh pages beside the emptied medium ones: the
+ * suite's 5 rounds peaked at 310 MiB taking segments whose pages the
+ * sweep retired, 264 taking those it has not got to yet as well (it
+ * retires small pages every 50 ms, and a phase's segments empty in
+ * between; glibc, whose freed chunks serve any size, 236). The pages go back to the
  * segment unpurged, but for what lies under a medium segment's header,
  * purged here. */
 static struct segment *heap_rekinded_segment(struct heap *h, enum segment_kind kind, size_t *end,
