@@ -574,7 +574,7 @@ static bool segment_emptied(const struct heap *h, const struct segment *s)
 {
     if (s->pages_retired == s->pages_in_use)
         return true;
-    if (h->last_took == (s->kind == SEG_SMALL ? 0 : 1))
+    if (h->last_took == s->kind)
         return false;
     for (unsigned i = 0; i < s->page_count; i++) {
         if (!(s->free_pages >> i & 1) && s->pages[i].used)
@@ -588,16 +588,16 @@ static bool segment_emptied(const struct heap *h, const struct segment *s)
  * NULL; *end: the bytes from its start that may have been written,
  * *retired_at (unless NULL): when its last page emptied (now, for one the
  * sweep has not retired yet). A program that frees its small blocks while
- * it allocates medium ones (20,000 blocks of 4,000 B, each grown with
- * realloc to 8.5-16 KB, 10 rounds) held the emptied small pages for their
- * purge delay beside fresh medium segments, and the next round's small
- * blocks faulted in fresh pages beside the emptied medium ones: the
- * suite's 5 rounds peaked at 310 MiB taking segments whose pages the
- * sweep retired, 264 taking those it has not got to yet as well (it
- * retires small pages every 50 ms, and a phase's segments empty in
- * between; glibc, whose freed chunks serve any size, 236). The pages go back to the
- * segment unpurged, but for what lies under a medium segment's header,
- * purged here. */
+ * it allocates medium ones (w_phase: 20,000 blocks of 4,000 B, each grown
+ * with realloc to 8.5-16 KB, 5 rounds) held the emptied small pages for
+ * their purge delay beside fresh medium segments, and the next round's
+ * small blocks faulted in fresh pages beside the emptied medium ones:
+ * 310 MiB of peak taking segments whose pages the sweep retired, 264
+ * taking those it has not got to yet as well (it retires small pages
+ * every 50 ms, and a phase's segments empty in between; glibc, whose
+ * freed chunks serve any size, 236). The pages go back to the segment
+ * unpurged, but for what lies under a medium segment's header, purged
+ * here. */
 static struct segment *heap_rekinded_segment(struct heap *h, enum segment_kind kind, size_t *end,
                                              uint64_t *retired_at)
 {
@@ -760,7 +760,7 @@ static void *alloc_slow_locked(struct heap *h, unsigned cls, bool exact)
         heap_set_current(h, cls, &page_empty);
         return NULL;
     }
-    h->last_took = (uint8_t)kind_of_class(cls);
+    h->last_took = kind_of_class(cls) ? SEG_MEDIUM : SEG_SMALL;
     page_queue_push(&h->queue[cls], pg);
     heap_set_current(h, cls, pg);
     return page_pop(pg);

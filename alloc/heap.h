@@ -36,8 +36,8 @@ struct heap {
      * heap_trim_other). */
     uint8_t trim_lock;
     uint16_t pages_taken;                 /* pages set up for a class, while young */
-    uint8_t last_took;                    /* the kind of the page the heap
-                                             took last (heap.c) */
+    uint8_t last_took;                    /* enum segment_kind of the page the
+                                             heap took last (heap.c) */
     int32_t tick;                         /* fast-path mallocs and slow-path
                                              frees before it looks at the clock */
     uint64_t next_collect_ms;
