@@ -395,7 +395,10 @@ static void heap_send_home(struct heap *h, bool idle_only)
     for (unsigned cls = 0; cls < NUM_SMALL_CLASSES; cls++) {
         struct page *k = &h->kept[cls];
         bool idle = k->used == k->swept_used;
-        k->swept_used = k->used;
+        /* Written only when it moved: a heap that never kept a block
+         * leaves its kept lists' page untouched (heap.h). */
+        if (!idle)
+            k->swept_used = k->used;
         if (!k->free || (idle_only && !idle))
             continue;
         if (h->current[cls] == k)

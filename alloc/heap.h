@@ -55,6 +55,13 @@ struct heap {
     uint8_t borrowed[NUM_SMALL_CLASSES];
     struct segment *segments;             /* every segment this heap owns */
     struct heap *pool_next;
+    /* The thread's last freed span runs (span_keep.h). */
+    struct span_keep keep;
+    /* Other threads' frees (remote.h): transfer buffers, and single blocks
+     * when no buffer could be had. Their own cache line. */
+    _Alignas(64) _Atomic(struct remote_buf *) remote_bufs;
+    _Atomic(struct block *) remote;
+    char pad[64 - 2 * sizeof(void *)];
     /* Adopted blocks of other heaps, per small class (remote.h): `free` is
      * the list, `used` counts takes (by the fast path), `touched` counts
      * blocks put on it, `swept_used` is `used` at the last sweep; the other
@@ -63,15 +70,11 @@ struct heap {
      * current page has blocks on its own list and nothing left to carve
      * (heap_keep); the slow path switches to it when that list runs dry.
      * Nothing else sets the current page while it is current and holds
-     * any. */
+     * any. Last, on the struct's third OS page (heaps start on a page,
+     * heap_life.c): only a heap that keeps other heaps' blocks writes
+     * there, so a thread that never does holds two pages of its heap, not
+     * three. */
     struct page kept[NUM_SMALL_CLASSES];
-    /* The thread's last freed span runs (span_keep.h). */
-    struct span_keep keep;
-    /* Other threads' frees (remote.h): transfer buffers, and single blocks
-     * when no buffer could be had. Their own cache line. */
-    _Alignas(64) _Atomic(struct remote_buf *) remote_bufs;
-    _Atomic(struct block *) remote;
-    char pad[64 - 2 * sizeof(void *)];
 };
 
 extern HIDDEN struct page page_empty;
