@@ -80,3 +80,41 @@ Test(unitmap, runs_of_marks_where_k_set_bits_start)
         }
     }
 }
+
+Test(unitmap, find_find_back_and_next_run_agree_with_the_bits)
+{
+    for (unsigned round = 0; round < 200; round++) {
+        struct unitmap m = random_map(round % 5);
+        if (round % 7 == 6) {           /* one set bit, or one clear bit, far from `from` */
+            unsigned only = (unsigned)(next_random() % UNITMAP_BITS);
+            m = random_map(round % 2 ? 3 : 4);
+            m.w[only / 64] ^= (uint64_t)1 << (only % 64);
+        }
+        for (unsigned from = 0; from < UNITMAP_BITS; from++) {
+            for (int set = 0; set < 2; set++) {
+                unsigned want = from;
+                while (want < UNITMAP_BITS && bit(&m, want) != (bool)set)
+                    want++;
+                cr_assert_eq(unitmap_find(&m, from, set), want, "round %u from %u set %d",
+                             round, from, set);
+                int back = (int)from;
+                while (back >= 0 && bit(&m, (unsigned)back) != (bool)set)
+                    back--;
+                cr_assert_eq(unitmap_find_back(&m, from, set), back, "round %u from %u set %d",
+                             round, from, set);
+            }
+        }
+        cr_assert_eq(unitmap_find(&m, UNITMAP_BITS, true), UNITMAP_BITS);
+        /* next_run walks the runs of set bits: together they are the set bits. */
+        struct unitmap seen = { { 0 } };
+        unsigned len, runs = 0;
+        for (unsigned u = 0; unitmap_next_run(&m, &u, &len); u += len, runs++) {
+            cr_assert_gt(len, 0);
+            cr_assert(u == 0 || !bit(&m, u - 1), "a run starts after a clear bit");
+            cr_assert(u + len == UNITMAP_BITS || !bit(&m, u + len), "and ends before one");
+            unitmap_set(&seen, u, len);
+        }
+        for (unsigned i = 0; i < UNITMAP_WORDS; i++)
+            cr_assert_eq(seen.w[i], m.w[i], "round %u word %u (%u runs)", round, i, runs);
+    }
+}
