@@ -62,7 +62,7 @@ void heap_set_current(struct heap *h, unsigned cls, struct page *pg)
     unsigned hi = sizeclass_block_size[cls] >> 4;
     /* Two slots a step (a 4 KiB class has 16): the slow path of a class
      * whose pages are nearly full comes here every few dozen blocks, and
-     * one slot a step was a sixth of its instructions (rssfoot). */
+     * one slot a step was an eighth of its instructions (rssfoot). */
     struct page **d = &h->direct[lo], **end = &h->direct[hi + 1];
     if ((hi - lo) % 2 == 0)
         *d++ = pg;

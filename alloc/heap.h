@@ -70,10 +70,10 @@ struct heap {
      * current page has blocks on its own list and nothing left to carve
      * (heap_keep); the slow path switches to it when that list runs dry.
      * Nothing else sets the current page while it is current and holds
-     * any. Last, on the struct's third OS page (heaps start on a page,
-     * heap_life.c): only a heap that keeps other heaps' blocks writes
-     * there, so a thread that never does holds two pages of its heap, not
-     * three. */
+     * any. Last, most of them on the struct's third OS page (heaps start
+     * on a page, heap_life.c): only a heap that keeps other heaps' blocks
+     * writes there, so a thread that never does holds two pages of its
+     * heap, not three. */
     struct page kept[NUM_SMALL_CLASSES];
 };
 

@@ -81,7 +81,7 @@ static NOINLINE void *malloc_slow(size_t size, const void *site)
          * threshold is never below SMALL_MAX: init.h). The layers between
          * cost some 140 instructions a call: rssfoot, where one malloc in
          * seven comes here (its class's page out of free blocks at 94%
-         * occupancy), ran 3.3% fewer instructions in all. A failure goes
+         * occupancy), ran 3.2% fewer instructions in all. A failure goes
          * the general way, which frees cached memory and tries again. */
         if (h != &heap_empty) {
             p = heap_alloc(h, sizeclass_of(size), false);
