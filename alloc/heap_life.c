@@ -32,7 +32,7 @@ _Static_assert(HEAP_CHUNK / HEAP_STRIDE >= 5, "heaps per chunk");
 _Static_assert(offsetof(struct heap, kept) <= 2 * OS_PAGE,
                "what every heap writes fits its first two pages");
 
-HIDDEN struct heap *heap_table[MAX_HEAPS + 1];
+HIDDEN TABLE_BSS struct heap *heap_table[MAX_HEAPS + 1];
 HIDDEN uint16_t heap_debug_tag = TAG_EMPTY;
 HIDDEN __thread struct heap *tls_heap TLS_IE = &heap_empty;
 HIDDEN __thread uint16_t tls_tag TLS_IE = TAG_EMPTY;

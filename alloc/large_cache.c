@@ -16,7 +16,7 @@
 struct cache_entry { void *base; size_t size; uint64_t freed_at; struct large_maps maps; };
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct cache_entry slots[LARGE_CACHE_SLOTS];   /* oldest first */
+static TABLE_BSS struct cache_entry slots[LARGE_CACHE_SLOTS];   /* oldest first */
 static unsigned count;
 static size_t bytes;         /* in the entries; atomic stores under the lock */
 /* The cache keeps blocks only once the program has shown it reuses them:

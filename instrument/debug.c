@@ -408,7 +408,7 @@ struct leak_site { const void *site; const struct debug_hdr *example; uint64_t c
 
 __attribute__((visibility("default"))) size_t tally_report_leaks(void)
 {
-    static struct leak_site sites[LEAK_SITES];     /* under debug_lock */
+    static TABLE_BSS struct leak_site sites[LEAK_SITES];     /* under debug_lock */
     size_t blocks = 0, bytes = 0, nsites = 0;
     lock_take(&debug_lock);
     memset(sites, 0, sizeof sites);
