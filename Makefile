@@ -43,12 +43,13 @@ $(LIB_TOOL): instrument/tally-run.sh
 # was a page of each one's RSS.
 NOALIGN := -fno-align-functions -fno-align-jumps -fno-align-loops -fno-align-labels
 # And the files no time of the suite depends on (options, reports, stats,
-# debug mode, start-up, heaps made and left at thread exit) built for size:
-# 2.6 KiB of text less, another page (debug mode's asterisk loop ran 4%
-# faster so; threadchurn a tie). Not the slow paths: under -Os the span and
-# page set-up code cost the kept-and-touched latencies 17-38%.
+# debug mode, diagnostics, heaps made and left at thread exit) built for
+# size: 2.5 KiB of text less, another page (debug mode's asterisk loop ran
+# 4% faster so; threadchurn a tie). Not the slow paths, nor init.c's
+# option reads that they call: under -Os the span and page set-up code
+# cost the kept-and-touched latencies 17-38%.
 COLD_SRC := instrument/options.c instrument/report.c instrument/stats.c instrument/api.c \
-            instrument/valgrind.c instrument/debug.c alloc/diag.c alloc/init.c \
+            instrument/valgrind.c instrument/debug.c alloc/diag.c \
             alloc/usage.c alloc/background.c alloc/heap_life.c
 $(BUILD)/obj/%.o: %.c $(wildcard alloc/*.h instrument/*.h include/*.h)
 	@mkdir -p $(dir $@)
