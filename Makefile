@@ -38,13 +38,13 @@ $(LIB_TOOL): instrument/tally-run.sh
 
 # No alignment padding but in malloc.c, whose entry points the fast paths
 # are (aligned to 64 there, explicitly): padding functions, jumps and loops
-# to 16 bytes was 7 of the library's 73 KiB of text, and the whole image
+# to 16 bytes was 7% of the library's 73 KiB of text, and the whole image
 # is resident in every process (docs/benchmarks.md, the fixed cost), so it
 # was a page of each one's RSS.
 NOALIGN := -fno-align-functions -fno-align-jumps -fno-align-loops -fno-align-labels
 # And the files no time of the suite depends on (options, reports, stats,
 # debug mode, diagnostics, heaps made and left at thread exit) built for
-# size: 2.5 KiB of text less, another page (debug mode's asterisk loop ran
+# size: 3 KiB of text less, another page (debug mode's asterisk loop ran
 # 4% faster so; threadchurn a tie). Not the slow paths, nor init.c's
 # option reads that they call: under -Os the span and page set-up code
 # cost the kept-and-touched latencies 17-38%.

@@ -34,7 +34,8 @@
 #define COLD        __attribute__((cold, noinline))
 #define TLS_IE      __attribute__((tls_model("initial-exec")))
 /* A large zeroed table that a small program never or barely touches (the
- * heap table, the large cache's slots, debug mode's leak sites): in .lbss,
+ * heap table, the large cache's slots, the span arenas, debug mode's leak
+ * sites): in .lbss,
  * which the linker puts after .bss, so that it does not sit between the
  * small globals every program writes and spread them over more pages. */
 #define TABLE_BSS   __attribute__((section(".lbss")))
