@@ -35,9 +35,9 @@
 #define TLS_IE      __attribute__((tls_model("initial-exec")))
 /* A large zeroed table that a small program never or barely touches (the
  * heap table, the large cache's slots, the span arenas, debug mode's leak
- * sites): in .lbss,
- * which the linker puts after .bss, so that it does not sit between the
- * small globals every program writes and spread them over more pages. */
+ * sites): in .lbss, which the linker puts after .bss, so that it does not
+ * sit between the small globals every program writes and spread them over
+ * more pages. */
 #define TABLE_BSS   __attribute__((section(".lbss")))
 
 #define SEGMENT_SHIFT 22                       /* 4 MiB */
