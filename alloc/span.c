@@ -435,6 +435,20 @@ static void pick_weigh(struct span_pick *best, struct span_segment *s, unsigned 
  * (no unit to fault, no unit to spare). */
 static bool pick_in(struct span_pick *best, struct span_segment *s, unsigned k)
 {
+    /* Its free units all in one run (a growing heap's segments: the tail
+     * not carved yet): that run, found without the search below, which
+     * was a third of such a take. The run is measured, not taken from
+     * `longest`, so a miscount there could not hand out live units. */
+    if (s->nfree == s->longest) {
+        unsigned u = unitmap_find(&s->free, 0, true);
+        unsigned len = unitmap_find(&s->free, u, false) - u;
+        if (len == s->nfree && len >= k) {
+            pick_weigh(best, s, u, k, len);
+            if (len > k)
+                pick_weigh(best, s, u + len - k, k, len);
+            return best->clean == 0 && best->len == k;
+        }
+    }
     /* Only the runs of k or more: a fragmented segment has dozens of
      * shorter ones, and this runs under the lock. */
     struct unitmap fit = unitmap_runs_of(&s->free, k);
@@ -559,11 +573,12 @@ static struct span_segment *segment_map(struct span_arena *a)
     return s;
 }
 
-/* Marks k units at u of s live; returns those that were dirty. */
-static struct unitmap units_take(struct span_segment *s, unsigned u, unsigned k)
+/* Marks k units at u of s live, out of a free run of `run` units (0: not
+ * known, measured here); returns those that were dirty. */
+static struct unitmap units_take(struct span_segment *s, unsigned u, unsigned k, unsigned run)
 {
     struct unitmap was = unitmap_range(&s->dirty, u, k);
-    bool longest = run_around(s, u) >= s->longest;
+    bool longest = (run ? run : run_around(s, u)) >= s->longest;
     if (s->nfree == FREE_MAX)
         empties_add(s->arena, -1);
     unitmap_clear(&s->free, u, k);
@@ -654,11 +669,12 @@ void *span_take(size_t bytes, size_t clear_from, size_t clear_to, void **hdr)
         p.s = segment_map(a);
         p.u = 1;
         p.clean = k;
+        p.len = FREE_MAX;
     }
     struct unitmap dirty = { 0 };
     unsigned slot = 0;
     if (p.s) {
-        dirty = units_take(p.s, p.u, k);
+        dirty = units_take(p.s, p.u, k, p.len);
         slot = slot_take(p.s, p.u);
         if (p.clean)
             fit_peak(a);
@@ -723,7 +739,7 @@ bool span_resize(void *run, size_t old_bytes, size_t new_bytes)
             done = !warm.s || warm.clean;   /* a resident run takes it whole: a copy beats faults */
         }
         if (done) {
-            units_take(s, u + ko, kn - ko);
+            units_take(s, u + ko, kn - ko, 0);
             if (faults)
                 fit_peak(a);
         }

@@ -21,28 +21,46 @@ struct unitmap {
     uint64_t w[UNITMAP_WORDS];
 };
 
-/* The bits of word i that lie in [u, end). */
-static inline uint64_t unitmap_part(unsigned i, unsigned u, unsigned end)
+/* Ranges [u, u + k) have k >= 1 and u + k <= UNITMAP_BITS. Each
+ * operation computes the masks of the range's first and last words once
+ * and writes the words between whole: a span take and give set, clear and
+ * count a few ranges each, and a mask worked out word by word for every
+ * word (a test per bound in each) was a fifth of a growing heap's take. */
+
+/* The bits of the range's first word from u on, and of its last word up
+ * to u + k - 1. */
+static inline uint64_t unitmap_first_mask(unsigned u) { return ~(uint64_t)0 << (u & 63); }
+static inline uint64_t unitmap_last_mask(unsigned u, unsigned k)
 {
-    unsigned lo = i * 64, hi = lo + 64;
-    lo = u > lo ? u : lo;
-    hi = end < hi ? end : hi;
-    if (lo >= hi)
-        return 0;
-    /* hi - lo set bits (1..64) moved up to lo's place in the word. */
-    return (~(uint64_t)0 >> (64 - (hi - lo))) << (lo & 63);
+    return ~(uint64_t)0 >> (63 - ((u + k - 1) & 63));
 }
 
 static inline void unitmap_set(struct unitmap *m, unsigned u, unsigned k)
 {
-    for (unsigned i = u / 64; i * 64 < u + k; i++)
-        m->w[i] |= unitmap_part(i, u, u + k);
+    unsigned i = u / 64, j = (u + k - 1) / 64;
+    uint64_t first = unitmap_first_mask(u), last = unitmap_last_mask(u, k);
+    if (i == j) {
+        m->w[i] |= first & last;
+        return;
+    }
+    m->w[i] |= first;
+    while (++i < j)
+        m->w[i] = ~(uint64_t)0;
+    m->w[j] |= last;
 }
 
 static inline void unitmap_clear(struct unitmap *m, unsigned u, unsigned k)
 {
-    for (unsigned i = u / 64; i * 64 < u + k; i++)
-        m->w[i] &= ~unitmap_part(i, u, u + k);
+    unsigned i = u / 64, j = (u + k - 1) / 64;
+    uint64_t first = unitmap_first_mask(u), last = unitmap_last_mask(u, k);
+    if (i == j) {
+        m->w[i] &= ~(first & last);
+        return;
+    }
+    m->w[i] &= ~first;
+    while (++i < j)
+        m->w[i] = 0;
+    m->w[j] &= ~last;
 }
 
 /* Set bits of w. Not __builtin_popcountll: the baseline x86-64 the
@@ -60,10 +78,14 @@ static inline unsigned unitmap_popcount(uint64_t w)
 /* Set bits in [u, u + k). */
 static inline unsigned unitmap_count(const struct unitmap *m, unsigned u, unsigned k)
 {
-    unsigned n = 0;
-    for (unsigned i = u / 64; i * 64 < u + k; i++)
-        n += unitmap_popcount(m->w[i] & unitmap_part(i, u, u + k));
-    return n;
+    unsigned i = u / 64, j = (u + k - 1) / 64;
+    uint64_t first = unitmap_first_mask(u), last = unitmap_last_mask(u, k);
+    if (i == j)
+        return unitmap_popcount(m->w[i] & first & last);
+    unsigned n = unitmap_popcount(m->w[i] & first);
+    while (++i < j)
+        n += unitmap_popcount(m->w[i]);
+    return n + unitmap_popcount(m->w[j] & last);
 }
 
 static inline bool unitmap_all(const struct unitmap *m, unsigned u, unsigned k)
@@ -131,9 +153,17 @@ static inline struct unitmap unitmap_and(const struct unitmap *a, const struct u
 /* The bits of a in [u, u + k) alone. */
 static inline struct unitmap unitmap_range(const struct unitmap *a, unsigned u, unsigned k)
 {
-    struct unitmap r;
-    for (unsigned i = 0; i < UNITMAP_WORDS; i++)
-        r.w[i] = a->w[i] & unitmap_part(i, u, u + k);
+    struct unitmap r = { { 0 } };
+    unsigned i = u / 64, j = (u + k - 1) / 64;
+    uint64_t first = unitmap_first_mask(u), last = unitmap_last_mask(u, k);
+    if (i == j) {
+        r.w[i] = a->w[i] & first & last;
+        return r;
+    }
+    r.w[i] = a->w[i] & first;
+    while (++i < j)
+        r.w[i] = a->w[i];
+    r.w[j] = a->w[j] & last;
     return r;
 }
 

@@ -131,6 +131,46 @@ Test(span, freed_neighbours_join_for_a_bigger_block)
     free(d);
 }
 
+Test(span, a_request_takes_the_resident_end_of_a_segments_only_free_run)
+{
+    /* Five blocks of 51 units fill a fresh segment (255 units after its
+     * header's). The fourth is freed and purged, the fifth freed and
+     * kept: the segment's only free run is clean at its start, resident
+     * at its end, and a request of that size must take the end, where
+     * nothing faults (span.c, pick_in: a segment whose free units are
+     * one run is weighed without the run search, both ends still). */
+    enum { FILL = 5, TRIES = 64 };
+    size_t n = (size_t)51 << 14;
+    char *v[TRIES + FILL];
+    int first = -1, got = 0;
+    while (first < 0 && got < TRIES) {
+        v[got] = written(n, 1);
+        if (((uintptr_t)v[got] & (SEGMENT_SIZE - 1)) == SPAN_UNIT)
+            first = got;
+        got++;
+    }
+    cr_assert_geq(first, 0, "no 816 KiB block started a fresh segment in %d", TRIES);
+    for (int i = 1; i < FILL; i++) {
+        v[got] = written(n, 1);
+        cr_assert_eq(v[got], v[first] + (size_t)i * n, "block %d of the fresh segment", i);
+        got++;
+    }
+    char *fourth = v[first + 3], *fifth = v[first + 4];
+    char *other = written(2 * SPAN_MIN, 2);     /* a span block too */
+    free(fourth);
+    malloc_trim(0);             /* purges the fourth's units whatever the arming said */
+    free(other);
+    free(fifth);                /* a second free since the trim: kept */
+    char *again = malloc(n);
+    cr_assert_eq(again, fifth, "took %p, not the resident end at %p (the run starts at %p)",
+                 (void *)again, (void *)fifth, (void *)fourth);
+    memset(again, 3, n);
+    free(again);
+    for (int i = 0; i < got; i++)
+        if (i != first + 3 && i != first + 4)
+            free(v[i]);
+}
+
 Test(span, a_run_rounds_its_block_up_to_16_kib_at_most)
 {
     /* Runs round blocks up to whole units, resident once the units served

@@ -33,7 +33,7 @@ static struct unitmap random_map(unsigned shape)
     return m;
 }
 
-Test(unitmap, count_agrees_with_the_bits_for_every_range_shape)
+Test(unitmap, count_and_range_agree_with_the_bits_for_every_range_shape)
 {
     for (unsigned round = 0; round < 200; round++) {
         struct unitmap m = random_map(round % 5);
@@ -44,6 +44,10 @@ Test(unitmap, count_agrees_with_the_bits_for_every_range_shape)
                     want += bit(&m, i);
                 cr_assert_eq(unitmap_count(&m, u, k), want, "round %u [%u, %u)", round, u, u + k);
                 cr_assert_eq(unitmap_all(&m, u, k), want == k);
+                struct unitmap r = unitmap_range(&m, u, k);
+                for (unsigned i = 0; i < UNITMAP_BITS; i++)
+                    cr_assert_eq(bit(&r, i), i >= u && i < u + k && bit(&m, i),
+                                 "range [%u, %u) at unit %u", u, u + k, i);
             }
         }
     }
