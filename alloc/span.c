@@ -431,8 +431,18 @@ static void pick_weigh(struct span_pick *best, struct span_segment *s, unsigned 
         *best = (struct span_pick){ s, u, clean, len };
 }
 
-/* Weighs every free run of s of k units or more; true on a perfect fit
- * (no unit to fault, no unit to spare). */
+/* Weighs a free run of len >= k units at u of s at both ends; true on a
+ * perfect fit (no unit to fault, no unit to spare). */
+static NOINLINE bool pick_weigh_run(struct span_pick *best, struct span_segment *s, unsigned u,
+                                    unsigned len, unsigned k)
+{
+    pick_weigh(best, s, u, k, len);
+    if (len > k)
+        pick_weigh(best, s, u + len - k, k, len);
+    return best->clean == 0 && best->len == k;
+}
+
+/* Weighs every free run of s of k units or more; true on a perfect fit. */
 static bool pick_in(struct span_pick *best, struct span_segment *s, unsigned k)
 {
     /* Its free units all in one run (a growing heap's segments: the tail
@@ -442,23 +452,15 @@ static bool pick_in(struct span_pick *best, struct span_segment *s, unsigned k)
     if (s->nfree == s->longest) {
         unsigned u = unitmap_find(&s->free, 0, true);
         unsigned len = unitmap_find(&s->free, u, false) - u;
-        if (len == s->nfree && len >= k) {
-            pick_weigh(best, s, u, k, len);
-            if (len > k)
-                pick_weigh(best, s, u + len - k, k, len);
-            return best->clean == 0 && best->len == k;
-        }
+        if (len == s->nfree && len >= k)
+            return pick_weigh_run(best, s, u, len, k);
     }
     /* Only the runs of k or more: a fragmented segment has dozens of
      * shorter ones, and this runs under the lock. */
     struct unitmap fit = unitmap_runs_of(&s->free, k);
     unsigned n;
     for (unsigned u = 0; unitmap_next_run(&fit, &u, &n); u += n) {
-        unsigned len = n + k - 1;
-        pick_weigh(best, s, u, k, len);
-        if (len > k)
-            pick_weigh(best, s, u + len - k, k, len);
-        if (best->clean == 0 && best->len == k)
+        if (pick_weigh_run(best, s, u, n + k - 1, k))
             return true;
     }
     return false;

@@ -22,13 +22,11 @@ struct unitmap {
 };
 
 /* Ranges [u, u + k) have k >= 1 and u + k <= UNITMAP_BITS. Each
- * operation computes the masks of the range's first and last words once
- * and writes the words between whole: a span take and give set, clear and
- * count a few ranges each, and a mask worked out word by word for every
- * word (a test per bound in each) was a fifth of a growing heap's take. */
-
-/* The bits of the range's first word from u on, and of its last word up
- * to u + k - 1. */
+ * operation takes the words before the range's last with the first one's
+ * mask (all bits after it), then the last word with the mask of its end
+ * too: a span take and give set, clear and count a few ranges each, and a
+ * mask worked out word by word with a test per bound (a word's share of
+ * the range) was a fifth of a growing heap's take. */
 static inline uint64_t unitmap_first_mask(unsigned u) { return ~(uint64_t)0 << (u & 63); }
 static inline uint64_t unitmap_last_mask(unsigned u, unsigned k)
 {
@@ -38,29 +36,19 @@ static inline uint64_t unitmap_last_mask(unsigned u, unsigned k)
 static inline void unitmap_set(struct unitmap *m, unsigned u, unsigned k)
 {
     unsigned i = u / 64, j = (u + k - 1) / 64;
-    uint64_t first = unitmap_first_mask(u), last = unitmap_last_mask(u, k);
-    if (i == j) {
-        m->w[i] |= first & last;
-        return;
-    }
-    m->w[i] |= first;
-    while (++i < j)
-        m->w[i] = ~(uint64_t)0;
-    m->w[j] |= last;
+    uint64_t mask = unitmap_first_mask(u);
+    for (; i < j; i++, mask = ~(uint64_t)0)
+        m->w[i] |= mask;
+    m->w[j] |= mask & unitmap_last_mask(u, k);
 }
 
 static inline void unitmap_clear(struct unitmap *m, unsigned u, unsigned k)
 {
     unsigned i = u / 64, j = (u + k - 1) / 64;
-    uint64_t first = unitmap_first_mask(u), last = unitmap_last_mask(u, k);
-    if (i == j) {
-        m->w[i] &= ~(first & last);
-        return;
-    }
-    m->w[i] &= ~first;
-    while (++i < j)
-        m->w[i] = 0;
-    m->w[j] &= ~last;
+    uint64_t mask = unitmap_first_mask(u);
+    for (; i < j; i++, mask = ~(uint64_t)0)
+        m->w[i] &= ~mask;
+    m->w[j] &= ~(mask & unitmap_last_mask(u, k));
 }
 
 /* Set bits of w. Not __builtin_popcountll: the baseline x86-64 the
@@ -78,14 +66,11 @@ static inline unsigned unitmap_popcount(uint64_t w)
 /* Set bits in [u, u + k). */
 static inline unsigned unitmap_count(const struct unitmap *m, unsigned u, unsigned k)
 {
-    unsigned i = u / 64, j = (u + k - 1) / 64;
-    uint64_t first = unitmap_first_mask(u), last = unitmap_last_mask(u, k);
-    if (i == j)
-        return unitmap_popcount(m->w[i] & first & last);
-    unsigned n = unitmap_popcount(m->w[i] & first);
-    while (++i < j)
-        n += unitmap_popcount(m->w[i]);
-    return n + unitmap_popcount(m->w[j] & last);
+    unsigned i = u / 64, j = (u + k - 1) / 64, n = 0;
+    uint64_t mask = unitmap_first_mask(u);
+    for (; i < j; i++, mask = ~(uint64_t)0)
+        n += unitmap_popcount(m->w[i] & mask);
+    return n + unitmap_popcount(m->w[j] & mask & unitmap_last_mask(u, k));
 }
 
 static inline bool unitmap_all(const struct unitmap *m, unsigned u, unsigned k)
@@ -155,15 +140,10 @@ static inline struct unitmap unitmap_range(const struct unitmap *a, unsigned u, 
 {
     struct unitmap r = { { 0 } };
     unsigned i = u / 64, j = (u + k - 1) / 64;
-    uint64_t first = unitmap_first_mask(u), last = unitmap_last_mask(u, k);
-    if (i == j) {
-        r.w[i] = a->w[i] & first & last;
-        return r;
-    }
-    r.w[i] = a->w[i] & first;
-    while (++i < j)
-        r.w[i] = a->w[i];
-    r.w[j] = a->w[j] & last;
+    uint64_t mask = unitmap_first_mask(u);
+    for (; i < j; i++, mask = ~(uint64_t)0)
+        r.w[i] = a->w[i] & mask;
+    r.w[j] = a->w[j] & mask & unitmap_last_mask(u, k);
     return r;
 }
 
