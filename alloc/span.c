@@ -436,6 +436,10 @@ static void pick_weigh(struct span_pick *best, struct span_segment *s, unsigned 
 static NOINLINE bool pick_weigh_run(struct span_pick *best, struct span_segment *s, unsigned u,
                                     unsigned len, unsigned k)
 {
+    /* Nothing to count where no place in the run could win: the best
+     * already faults nothing, and this run is no tighter. */
+    if (best->s && best->clean == 0 && len >= best->len)
+        return false;
     pick_weigh(best, s, u, k, len);
     if (len > k)
         pick_weigh(best, s, u + len - k, k, len);
