@@ -347,6 +347,15 @@ void large_free(void *p, const char *func)
     large_release(large_checked(p, func));
 }
 
+bool large_free_plain(void *p, const char *func)
+{
+    struct large_header *h = large_checked(p, func);
+    if (h->flags & LARGE_DEBUG)
+        return false;
+    large_release(h);
+    return true;
+}
+
 /* Grows h, whose mapping ends at old_map and has room for cuts `maps`,
  * into the cached mapping that starts right there when that one covers
  * new_map: the pages are already in place, and those its last owner

@@ -31,6 +31,9 @@ HIDDEN void *large_alloc(size_t size, size_t align, size_t front, unsigned flags
 HIDDEN unsigned large_flags(const void *p);
 /* Aborts through diag_fail() on a pointer that is not a live large block. */
 HIDDEN void large_free(void *p, const char *func);
+/* large_free, unless p is a debug block (LARGE_DEBUG): false then, with
+ * nothing freed. One lookup of the block for both. */
+HIDDEN bool large_free_plain(void *p, const char *func);
 /* Resizes in place or by moving pages; NULL (p intact) on failure. */
 HIDDEN void *large_realloc(void *p, size_t size);
 HIDDEN size_t large_usable_size(const void *p, const char *func);

@@ -166,15 +166,13 @@ EXPORT FAST_ENTRY void *malloc(size_t size)
 
 /* The rest of free_slow: NULL, a mode on, a debug block, a large block,
  * or a pointer to report. Apart, so that the foreign free keeps no frame
- * for its call of raw_is_debug. */
+ * for its call of raw_free_plain. */
 static NOINLINE void free_other_cases(void *p, const void *site)
 {
     if (!p)
         return;
-    if (unlikely(hooks_on()) || raw_is_debug(p))
+    if (unlikely(hooks_on()) || !raw_free_plain(p, "free"))
         hooks_free(p, site);
-    else
-        raw_free(p, "free");
 }
 
 /* `seen` is what free's fast path compared with the thread's tag: the

@@ -239,6 +239,17 @@ void raw_free(void *p, const char *func)
     raw_free_heap_block(p, tag, func);
 }
 
+bool raw_free_plain(void *p, const char *func)
+{
+    uint16_t tag = checked_tag(p, func);
+    if (tag >= TAG_LARGE_TAIL)
+        return large_free_plain(p, func);
+    if (tag == __atomic_load_n(&heap_debug_tag, __ATOMIC_RELAXED))
+        return false;
+    raw_free_heap_block(p, tag, func);
+    return true;
+}
+
 size_t raw_usable_size(void *p, const char *func)
 {
     uint16_t tag = checked_tag(p, func);

@@ -95,10 +95,8 @@ static void *plain_alloc(size_t size, size_t align, enum hook_op op)
 
 static void free_any(void *p, const void *site)
 {
-    if (raw_is_debug(p))
+    if (!raw_free_plain(p, "free"))
         debug_free(p, site);
-    else
-        raw_free(p, "free");
 }
 
 static void *realloc_any(void *p, size_t size, const void *site)

@@ -212,6 +212,33 @@ Test(debug, switching_on_and_off_mid_run_is_safe)
     free(after);
 }
 
+/* A debug block outlives the mode: freed once debug is off, it is still
+ * checked (its fence found trampled here). free() looks a large block up
+ * once to tell a debug block from a plain one (raw_free_plain); a large
+ * block freed plainly would go without a report. */
+static void large_overflow_freed_after_debug_off(void *arg)
+{
+    size_t n = (size_t)(uintptr_t)arg;
+    debug_on();
+    char *volatile p = malloc(n);
+    cr_assert_eq(tally_option_set("debug", "0"), 0);
+    p[n] = 1;
+    free(p);
+}
+
+Test(debug, a_large_debug_block_freed_after_the_mode_is_off_is_still_checked)
+{
+    static const size_t sizes[] = { 100000, 3u << 20 };    /* a span run, a mapping */
+    for (int i = 0; i < 2; i++) {
+        struct child_result r = run_in_child(large_overflow_freed_after_debug_off,
+                                             (void *)(uintptr_t)sizes[i]);
+        cr_assert_eq(child_signal(&r), SIGABRT, "%zu B: child should abort; stderr: %s",
+                     sizes[i], r.err);
+        cr_assert(strstr(r.err, "heap buffer overflow") != NULL, "%zu B: stderr: %s", sizes[i],
+                  r.err);
+    }
+}
+
 Test(debug, large_and_aligned_debug_blocks)
 {
     debug_on();
