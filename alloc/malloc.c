@@ -5,7 +5,8 @@
  *   malloc ──fast──> tls heap -> direct[(n+15)/16] page -> pop
  *          └─slow──> hooks_alloc (a mode is on) | raw_alloc -> heap slow path
  *   free   ──fast──> segmap tag | hooks bit == my heap's tag -> page -> push
- *          └─slow──> hooks_free (a mode is on, or a debug block) | raw_free
+ *          └─slow──> hooks_free (a mode is on) | raw_free_plain, else
+ *                    hooks_free (a debug block)
  *   calloc ──fast──> malloc's small lane, then memset
  *          └─slow──> hooks_alloc | raw_calloc
  *   realloc ─own───> my heap's tag: checked in place, or malloc+copy+free
