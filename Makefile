@@ -27,7 +27,7 @@ LIB_A   := $(BUILD)/libtally.a
 
 LIB_TOOL := $(BUILD)/tally
 
-.PHONY: all test check-real install clean test-deps
+.PHONY: all test check-real image-pages install clean test-deps
 all: $(LIB_SO) $(LIB_A) $(LIB_TOOL)
 
 # The command-line runner: `build/tally run --debug -- prog args`.
@@ -148,6 +148,18 @@ test: test-deps
 
 check-real: $(LIB_SO)
 	sh tests/real/check-real.sh $(abspath $(LIB_SO))
+
+# The library's loaded segments in OS pages: its whole image is resident
+# in every process (docs/design.md, Start-up), so a change that pushes the
+# text past a page boundary costs every program 4 KiB. Run it before and
+# after a change that adds code.
+image-pages: $(LIB_SO)
+	@readelf -lW $(LIB_SO) | while read -r type off vaddr paddr filesz memsz rest; do \
+	    [ "$$type" = LOAD ] || continue; \
+	    first=$$(($$off / 4096)); end=$$(($$off + $$filesz)); last=$$(( (end + 4095) / 4096 )); \
+	    printf '%-4s %6d bytes in %2d file pages, %4d bytes to spare\n' "$${rest% *}" \
+	        $$(($$filesz)) $$((last - first)) $$((last * 4096 - end)); \
+	done
 
 # ---- install -------------------------------------------------------------
 install: all
