@@ -45,12 +45,14 @@ NOALIGN := -fno-align-functions -fno-align-jumps -fno-align-loops -fno-align-lab
 # And the files no time of the suite depends on (options, reports, stats,
 # debug mode, diagnostics, heaps made and left at thread exit) built for
 # size: 3 KiB of text less, another page (debug mode's asterisk loop ran
-# 4% faster so; threadchurn a tie). Not the slow paths, nor init.c's
-# option reads that they call: under -Os the span and page set-up code
-# cost the kept-and-touched latencies 17-38%.
+# 4% faster so; threadchurn a tie). The modes' dispatch and timing too:
+# 1 KiB more to spare before the text's next page, with debug and timing
+# modes' asterisk loops ties (7 alternating runs). Not the slow paths, nor
+# init.c's option reads that they call: under -Os the span and page
+# set-up code cost the kept-and-touched latencies 17-38%.
 COLD_SRC := instrument/options.c instrument/report.c instrument/stats.c instrument/api.c \
             instrument/valgrind.c instrument/debug.c alloc/diag.c \
-            alloc/usage.c alloc/background.c alloc/heap_life.c
+            alloc/usage.c alloc/background.c alloc/heap_life.c instrument/timing.c instrument/hooks.c
 $(BUILD)/obj/%.o: %.c $(wildcard alloc/*.h instrument/*.h include/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(LIB_CFLAGS) $(if $(filter alloc/malloc.c,$<),,$(NOALIGN)) \
