@@ -432,7 +432,9 @@ static void pick_weigh(struct span_pick *best, struct span_segment *s, unsigned 
 }
 
 /* Weighs a free run of len >= k units at u of s at both ends; true on a
- * perfect fit (no unit to fault, no unit to spare). */
+ * perfect fit (no unit to fault, no unit to spare). Out of line: inlined
+ * into both of pick_in's lanes it was 1.8 KiB more text, past the 16th
+ * page (make image-pages), for a few instructions a take. */
 static NOINLINE bool pick_weigh_run(struct span_pick *best, struct span_segment *s, unsigned u,
                                     unsigned len, unsigned k)
 {
