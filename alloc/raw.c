@@ -212,7 +212,9 @@ void raw_free_other(void *p, uint16_t tag, const char *func)
     remote_free(tag, p, raw_checked_shape(segment_of(p), p, func));
 }
 
-void raw_free_heap_block(void *p, uint16_t tag, const char *func)
+/* raw_free() for a pointer whose segmap_tag_checked() names a heap
+ * (1..MAX_HEAPS). */
+static void raw_free_heap_block(void *p, uint16_t tag, const char *func)
 {
     if (likely(tag != tls_tag)) {
         raw_free_other(p, tag, func);

@@ -25,9 +25,6 @@ HIDDEN void raw_free(void *p, const char *func);
  * raw_is_debug and then raw_free took a span block's free through its
  * header twice (about 110 instructions of its 700). */
 HIDDEN bool raw_free_plain(void *p, const char *func);
-/* raw_free() for a pointer whose segmap_tag_checked() names a heap
- * (1..MAX_HEAPS). */
-HIDDEN void raw_free_heap_block(void *p, uint16_t tag, const char *func);
 /* The same for a tag known not to be the caller's heap's (free's slow
  * path, which its fast path's tag test sends only those). */
 HIDDEN void raw_free_other(void *p, uint16_t tag, const char *func);

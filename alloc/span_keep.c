@@ -12,7 +12,6 @@ _Static_assert((SPAN_KEEP_MAX >> SPAN_UNIT_SHIFT) <= SPAN_KEEP_UNITS + 1, "units
 
 static __thread struct span_keep *tls_keep TLS_IE;
 
-struct span_keep *span_keep_mine(void) { return tls_keep; }
 void span_keep_bind(struct span_keep *k) { tls_keep = k; }
 
 static void keep_give(uintptr_t v)
