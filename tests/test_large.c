@@ -651,6 +651,49 @@ Test(large, the_mapping_a_block_grew_out_of_is_cached_warm)
     free(r);
 }
 
+/* The same from a segment up, where the block's pages move onto the
+ * cached entry's front instead of being copied (large.c,
+ * large_move_onto_cached): a written 6 MiB block grown to 12 MiB while a
+ * written 24 MiB block waits in the cache. The grown block keeps its
+ * bytes, its new part is the entry's resident pages, and the entry's rest
+ * stays part of the block: freed and asked for again whole, it is there,
+ * warm and intact. */
+Test(large, a_block_from_a_segment_up_moves_its_pages_onto_a_cached_one)
+{
+    size_t cached = 24u << 20, old = 6u << 20, grown = 12u << 20;
+    arm_cache();
+    unsigned char *a = malloc(cached), *b = malloc(old);
+    cr_assert(a && b);
+    memset(a, 1, cached);
+    for (size_t i = 0; i < old; i += 64)
+        b[i] = (unsigned char)(i / 64 * 7);
+    free(a);
+    struct tally_stats s0 = stats();
+    unsigned char *r = realloc(b, grown);
+    cr_assert_not_null(r);
+    cr_assert_eq(r, a, "the grown block did not land on the cached one (%p, cached %p)",
+                 (void *)r, (void *)a);
+    cr_assert_eq(stats().mmap_calls, s0.mmap_calls, "the growth mapped afresh");
+    for (size_t i = 0; i < old; i += 64)
+        cr_assert_eq(r[i], (unsigned char)(i / 64 * 7), "byte %zu", i);
+    long f0 = minor_faults();
+    memset(r + old, 2, grown - old);
+    long faults = minor_faults() - f0;
+    cr_assert_lt(faults, 64, "the grown part faulted %ld times", faults);
+    for (size_t i = 0; i < old; i += 64)
+        cr_assert_eq(r[i], (unsigned char)(i / 64 * 7), "byte %zu after the write", i);
+    cr_assert_eq(r[grown - 1], 2);
+    free(r);
+    /* The whole entry again: the block's pages and the rest it took. */
+    unsigned char *w = malloc(cached);
+    cr_assert_eq(w, a, "the entry did not come back whole (%p, was %p)", (void *)w, (void *)a);
+    f0 = minor_faults();
+    memset(w, 3, cached);
+    faults = minor_faults() - f0;
+    cr_assert_lt(faults, 64, "the entry came back with %ld pages to fault", faults);
+    free(w);
+}
+
 Test(large, calloc_of_a_reused_large_block_is_zero)
 {
     for (size_t n = 1u << 20; n <= (24u << 20); n = n * 3 / 2) {

@@ -206,6 +206,36 @@ Test(span, a_block_grows_into_the_free_units_after_it)
     free(q);
 }
 
+Test(span, a_shrunk_block_gives_its_tail_units_back_where_it_lies)
+{
+    /* 300,000 B in a run of 19 units shrunk to 100,000 B: the block stays
+     * put in the first 7 units, its bytes intact, and the 12 after it go
+     * back to the segment, free and resident, so the next request that
+     * fits them lands there (the resident end of the segment's only free
+     * run) and faults nothing. */
+    char *p = malloc(300000);
+    cr_assert_not_null(p);
+    for (size_t i = 0; i < 300000; i++)
+        p[i] = (char)(i * 11);
+    char *q = realloc(p, 100000);
+    cr_assert_eq(q, p, "the block moved (%p -> %p)", (void *)p, (void *)q);
+    size_t usable = malloc_usable_size(q);
+    cr_assert(usable >= 100000 && usable < 300000, "usable size %zu", usable);
+    for (size_t i = 0; i < 100000; i++)
+        cr_assert_eq(q[i], (char)(i * 11), "byte %zu", i);
+    long f0 = minor_faults();
+    char *r = malloc(180000);
+    cr_assert_eq(r, q + (7u << SPAN_UNIT_SHIFT), "the tail was not reused (%p, block %p)",
+                 (void *)r, (void *)q);
+    memset(r, 3, 180000);
+    long faults = minor_faults() - f0;
+    cr_assert_lt(faults, 4, "the reused tail faulted %ld times", faults);
+    for (size_t i = 0; i < 100000; i++)
+        cr_assert_eq(q[i], (char)(i * 11), "byte %zu after the neighbour's write", i);
+    free(r);
+    free(q);
+}
+
 Test(span, a_growing_block_moves_onto_warm_units_and_keeps_its_bytes)
 {
     /* p (300 KiB) has a live block after it, so it cannot grow in place; a
