@@ -168,6 +168,31 @@ Test(api, bad_alignment_is_einval)
     cr_assert_eq(errno, EINVAL);
 }
 
+/* memalign as glibc's: an alignment that is not a power of two is rounded
+ * up to the next one (0 and 1 ask for none), and one above SIZE_MAX / 2 + 1,
+ * which has no power of two to round up to, is EINVAL. */
+Test(api, memalign_rounds_odd_alignments_up_as_glibc_does)
+{
+    static const size_t odd[] = { 0, 1, 3, 24, 100, 3000, 5000, 70000 };
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+        size_t want = 1;
+        while (want < odd[i])
+            want <<= 1;
+        char *p = memalign(odd[i], 200);
+        cr_assert_not_null(p, "memalign(%zu, 200)", odd[i]);
+        cr_assert_eq((uintptr_t)p % want, 0, "memalign(%zu) = %p, not %zu-aligned", odd[i],
+                     (void *)p, want);
+        memset(p, 1, 200);
+        free(p);
+    }
+    errno = 0;
+    cr_assert_null(memalign(((size_t)1 << 63) + 1, 1));
+    cr_assert_eq(errno, EINVAL);
+    errno = 0;
+    cr_assert_null(memalign(SIZE_MAX, 1));
+    cr_assert_eq(errno, EINVAL);
+}
+
 Test(api, impossible_sizes_are_enomem)
 {
     errno = 0;
