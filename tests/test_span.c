@@ -236,6 +236,41 @@ Test(span, a_shrunk_block_gives_its_tail_units_back_where_it_lies)
     free(q);
 }
 
+/* The peak rule (span.h): freed runs stay resident for reuse while they
+ * and the live runs fit within the live peak plus its slack (a segment's
+ * units at this size). 40 blocks of 300 KiB (19 units each, too big for
+ * the thread's keep) make the peak; every other one freed leaves 380
+ * units cached in 19-unit holes, which 900 KiB blocks (57 units) cannot
+ * use. Six of those take fresh units: cached plus live would pass the
+ * bound by the fifth, and the rule purges cached units instead. */
+Test(span, fresh_units_past_the_live_peak_purge_cached_ones)
+{
+    enum { N = 40, GROWN = 6 };
+    char *v[N], *g[GROWN];
+    arm();
+    for (int i = 0; i < N; i++)
+        v[i] = written(300u << 10, 1);
+    for (int i = 0; i < N; i += 2)
+        free(v[i]);
+    uint64_t cached = stats().cached_bytes, purged = stats().purged_bytes;
+    cr_assert_geq(cached, (uint64_t)(N / 2) * 19 * SPAN_UNIT, "the freed runs were not cached (%llu)",
+                  (unsigned long long)cached);
+    for (int i = 0; i < GROWN; i++)
+        g[i] = written(900u << 10, 2);
+    struct tally_stats s = stats();
+    /* Bound: peak 760 units + 256 of slack; live 380 + 6 * 57 = 722. */
+    cr_assert_leq(s.cached_bytes, (uint64_t)(760 + 256 - 722) * SPAN_UNIT,
+                  "cached %llu bytes beside the live runs (%llu before the takes)",
+                  (unsigned long long)s.cached_bytes, (unsigned long long)cached);
+    cr_assert_gt(s.purged_bytes, purged, "nothing was purged");
+    for (int i = 1; i < N; i += 2)
+        cr_assert_eq(v[i][(300u << 10) - 1], 1, "live block %d", i);
+    for (int i = 0; i < GROWN; i++)
+        free(g[i]);
+    for (int i = 1; i < N; i += 2)
+        free(v[i]);
+}
+
 Test(span, a_growing_block_moves_onto_warm_units_and_keeps_its_bytes)
 {
     /* p (300 KiB) has a live block after it, so it cannot grow in place; a
