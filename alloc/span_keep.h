@@ -39,8 +39,8 @@ struct span_keep {
     unsigned next;              /* the slot a full keep gives back next */
 };
 
-/* Binds the calling thread's keep: its heap's, bound by heap_life.c
- * while the thread has one; NULL before and after. */
+/* Sets the calling thread's keep: its heap's, from heap_life.c while the
+ * thread has one; NULL before and after. */
 HIDDEN void span_keep_bind(struct span_keep *k);
 /* Keeps the freed run of `bytes` at `run` in the caller's keep, giving
  * back what it replaces; false when it is not for keeping (the caller
