@@ -20,6 +20,7 @@
 #include "init.h"
 #include "large.h"
 #include "remote.h"
+#include "span.h"
 #include "background.h"
 #include "../instrument/hooks.h"
 
@@ -37,6 +38,21 @@ HIDDEN struct heap heap_empty;
 /* ---- page bookkeeping ------------------------------------------------ */
 
 static unsigned kind_of_class(unsigned cls) { return cls < NUM_SMALL_CLASSES ? 0 : 1; }
+
+/* A medium class above SPAN_MIN serves requests only while their span
+ * gate is shut (span.h): blocks that were freed mostly unwritten. Such a
+ * class takes no memory another class or kind wrote (a retired page of
+ * another class, an emptied small segment): under its blocks that memory
+ * would stay resident for nothing, where a purged page faults in only
+ * what they write. With 1 MiB medium pages, taken over from class to
+ * class more often than whole segments were, mstress (objects written at
+ * their ends only) peaked at 13.3 MiB at one thread and 18.3 at two,
+ * against 11.6 and 17.2 with pages of a whole segment; 12.0 and 16.7
+ * this way (medians of 5 runs). */
+static bool class_writes_sparsely(unsigned cls)
+{
+    return sizeclass_block_size[cls] > SPAN_MIN;
+}
 
 /* Medium pages go back this many times sooner than small ones (see
  * heap_collect). The periodic sweep runs SWEEP_DIVISOR times per delay. */
@@ -199,7 +215,7 @@ static void heap_sweep_live_page(struct heap *h, struct page *pg, bool at_once, 
      * back (page_purge_tail), but not from a medium page that carved since
      * the last look: its next blocks are in it. A segment that a program
      * in phases (w_phase) emptied of small blocks became a medium page
-     * whose 4 MiB were trimmed at the next sweep, a few ms later, and
+     * (then the whole segment) whose 4 MiB were trimmed at the next sweep, a few ms later, and
      * faulted in again block by block: 8,000-27,000 faults a round (0
      * with purge_delay=400), 0-2,300 this way. (8 bits of the count tell
      * it from a page standing still; a wrap of exactly 256 blocks only
@@ -265,13 +281,14 @@ static void heap_collect(struct heap *h, uint64_t now, uint64_t delay)
     /* Two speeds. Small pages: purging a sparse page's free OS pages or an
      * empty page costs a fault per OS page when they are used again, and a
      * churning program reuses them within tens of ms (10 ms cost rssfoot
-     * 20% and frag 28% of their time against 100 ms). Medium pages: one
-     * class holds a whole 4 MiB segment, so their free memory goes back
-     * sooner, after a quarter of the delay (at 100 ms mstress peaked 11%
-     * higher). A tenth was too soon for threads that wait for a CPU: the
-     * wall clock runs on while they are off it, and mstress at 8 threads
-     * on 2 CPUs purged and faulted its medium pages back in again and
-     * again: 1.95 s against 1.31 with a quarter, 163k faults. */
+     * 20% and frag 28% of their time against 100 ms). Medium pages: a
+     * class's page is 1 MiB (it was a whole 4 MiB segment when this was
+     * measured), so their free memory goes back sooner, after a quarter
+     * of the delay (at 100 ms mstress peaked 11% higher). A tenth was
+     * too soon for threads that wait for a CPU: the wall clock runs on
+     * while they are off it, and mstress at 8 threads on 2 CPUs purged
+     * and faulted its medium pages back in again and again: 1.95 s
+     * against 1.31 with a quarter, 163k faults. */
     uint64_t medium_delay = delay / MEDIUM_DELAY_DIVISOR;
     bool small_due = delay == 0 || now >= h->next_small_sweep_ms;
     /* A page found empty now emptied at some point since the last sweep:
@@ -500,8 +517,9 @@ static void heap_page_set_up(struct heap *h)
 }
 
 /* The class's last retired page, else the newest retired page of its
- * kind, else NULL. A page that changes class keeps what the old class
- * touched until the sweep trims it, so the same class matters: looking
+ * kind (not for a class that writes sparsely: above), else NULL. A page
+ * that changes class keeps what the old class touched until the sweep
+ * trims it, so the same class matters: looking
  * only 8 pages back along the retired list (there are 56 small and 48
  * medium classes) took mstress's peak to 16.1 MiB, the class's last
  * retired page to 13.1-13.7; an 8-page walk kept beside it changed nothing
@@ -513,7 +531,7 @@ static struct page *heap_retired_page(struct heap *h, unsigned cls)
         heap_unretire(h, pg);
         return pg;
     }
-    if ((pg = h->retired[kind_of_class(cls)].last)) {
+    if (!class_writes_sparsely(cls) && (pg = h->retired[kind_of_class(cls)].last)) {
         heap_unretire(h, pg);
         heap_page_set_up(h);
         page_init(segment_of(pg), pg, cls);
@@ -537,8 +555,9 @@ static struct page *heap_retired_page(struct heap *h, unsigned cls)
  * cost the RSS this saves. The block stays its page's, so free() needs no
  * change. Not the 16-byte classes (up to three times the request, for
  * little), not medium classes (their free blocks are purged, so a
- * borrowed one faults like a fresh one, and it keeps a whole-segment page
- * from emptying: mstress 13.2 -> 16.1 MiB when they lent), and not while
+ * borrowed one faults like a fresh one, and it keeps a page from
+ * emptying: mstress 13.2 -> 16.1 MiB when they lent, with pages of a
+ * whole segment), and not while
  * a mode is on, so timing sees each size in its own class.
  * At most HEAP_BORROW_MAX blocks in a row: a borrowing class has no
  * current page, so each of its mallocs takes this slow path, and a class
@@ -564,12 +583,6 @@ static struct block *heap_borrow(struct heap *h, unsigned cls)
         }
     }
     return NULL;
-}
-
-/* The start of page i's area in a segment of `kind`. */
-static size_t area_start(enum segment_kind kind, unsigned i)
-{
-    return kind == SEG_MEDIUM ? MEDIUM_HEADER : i == 0 ? SMALL_HEADER : (size_t)i * PAGE_SIZE;
 }
 
 /* Whether every page s has in use is empty: retired, or emptied since
@@ -624,7 +637,8 @@ static struct segment *heap_rekinded_segment(struct heap *h, enum segment_kind k
         struct page *pg = &s->pages[i];
         if (s->free_pages >> i & 1)
             continue;           /* released, so purged */
-        size_t start = area_start(s->kind, i), written = align_up(pg->touched, OS_PAGE);
+        size_t start = segment_area_start((enum segment_kind)s->kind, i);
+        size_t written = align_up(pg->touched, OS_PAGE);
         if (written && start + written > *end)
             *end = start + written;
         if (written && kind == SEG_MEDIUM && start < MEDIUM_HEADER)
@@ -675,36 +689,63 @@ static bool heap_rekind_to_small(struct heap *h, unsigned cls)
     return any;
 }
 
-/* A fresh page for cls: a free page of one of h's small segments, else
- * the page of a small segment the heap emptied, made medium (above),
- * else a page of a new segment. (A small class finds a medium segment's
- * pages retired: alloc_slow_locked asks heap_rekind_to_small first.) */
+/* The pages of a small segment the heap emptied, made medium (above):
+ * page 0 for cls, and each other page the small pages wrote becomes a
+ * retired medium page with what was written noted, to be reused by any
+ * medium class or purged after the medium delay (a free page of a segment
+ * is taken to be purged). NULL when there is no such segment. */
+static struct page *heap_rekind_to_medium(struct heap *h, unsigned cls)
+{
+    size_t end;
+    struct segment *s = heap_rekinded_segment(h, SEG_MEDIUM, &end, NULL);
+    if (!s)
+        return NULL;
+    uint64_t now = os_now_ms();
+    for (unsigned i = s->page_count - 1u; i >= 1; i--) {
+        size_t start = segment_area_start(SEG_MEDIUM, i);
+        if (end <= start)
+            continue;
+        struct page *pg = segment_take_page_at(s, i);
+        pg->touched = (uint32_t)(end - start < MEDIUM_PAGE_SIZE ? end - start : MEDIUM_PAGE_SIZE);
+        page_init(s, pg, cls);
+        heap_retired_push(h, pg, now, false);
+    }
+    struct page *pg = segment_take_page_at(s, 0);
+    size_t area = MEDIUM_PAGE_SIZE - MEDIUM_HEADER;
+    if (end > MEDIUM_HEADER)
+        pg->touched = (uint32_t)(end - MEDIUM_HEADER < area ? end - MEDIUM_HEADER : area);
+    page_init(s, pg, cls);
+    return pg;
+}
+
+/* A fresh page for cls: for a medium class (unless it writes sparsely)
+ * first the pages of a small segment the heap emptied (above); then a
+ * free page of one of h's segments of the class's kind, else a page of a
+ * new segment. (A small
+ * class finds a medium segment's pages retired: alloc_slow_locked asks
+ * heap_rekind_to_small first.) */
 static struct page *heap_fresh_page(struct heap *h, unsigned cls)
 {
-    unsigned k = kind_of_class(cls);
+    enum segment_kind kind = kind_of_class(cls) ? SEG_MEDIUM : SEG_SMALL;
     struct page *pg;
     heap_page_set_up(h);
-    for (struct segment *s = h->segments; k == 0 && s; s = s->next) {
-        if (s->kind == SEG_SMALL && (pg = segment_take_page(s))) {
+    if (kind == SEG_MEDIUM && !class_writes_sparsely(cls) && (pg = heap_rekind_to_medium(h, cls)))
+        return pg;
+    for (struct segment *s = h->segments; s; s = s->next) {
+        if (s->kind == kind && (pg = segment_take_page(s))) {
             page_init(s, pg, cls);
             return pg;
         }
     }
-    size_t end = 0;
-    struct segment *s = k == 1 ? heap_rekinded_segment(h, SEG_MEDIUM, &end, NULL) : NULL;
-    if (!s) {
-        s = segment_alloc(h, h->tag, k == 0 ? SEG_SMALL : SEG_MEDIUM);
-        if (!s)
-            return NULL;
-        s->prev = NULL;
-        s->next = h->segments;
-        if (h->segments)
-            h->segments->prev = s;
-        h->segments = s;
-    }
+    struct segment *s = segment_alloc(h, h->tag, kind);
+    if (!s)
+        return NULL;
+    s->prev = NULL;
+    s->next = h->segments;
+    if (h->segments)
+        h->segments->prev = s;
+    h->segments = s;
     pg = segment_take_page(s);
-    if (end > MEDIUM_HEADER)    /* a small segment's written bytes, now medium */
-        pg->touched = (uint32_t)(end - MEDIUM_HEADER);
     page_init(s, pg, cls);
     return pg;
 }

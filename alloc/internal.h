@@ -6,7 +6,7 @@
  *            sits at its start, so `p & ~SEGMENT_MASK` finds the header of any
  *            block inside it with one AND.
  *   page     a run of one size class inside a segment: 64 KiB in a small
- *            segment, the whole segment in a medium one. The page descriptor
+ *            segment, 1 MiB in a medium one. The page descriptor
  *            lives in the segment header, never next to user data.
  *   block    what malloc hands out; while free it holds the next pointer of
  *            its page's free list.
@@ -46,6 +46,9 @@
 #define PAGE_SHIFT    16                       /* 64 KiB small pages */
 #define PAGE_SIZE     ((size_t)1 << PAGE_SHIFT)
 #define PAGES_PER_SEGMENT (SEGMENT_SIZE / PAGE_SIZE)
+#define MEDIUM_PAGE_SHIFT 20                   /* 1 MiB medium pages */
+#define MEDIUM_PAGE_SIZE  ((size_t)1 << MEDIUM_PAGE_SHIFT)
+#define MEDIUM_PAGES_PER_SEGMENT (SEGMENT_SIZE / MEDIUM_PAGE_SIZE)
 #define OS_PAGE       4096
 #define MIN_ALIGN     16
 

@@ -12,9 +12,7 @@
 void page_init(struct segment *s, struct page *pg, unsigned cls)
 {
     size_t area = page_area_size(s, pg);
-    uint8_t *base = (uint8_t *)s + (s->kind == SEG_MEDIUM ? MEDIUM_HEADER
-                                    : (pg->index == 0 ? SMALL_HEADER
-                                       : (size_t)pg->index * PAGE_SIZE));
+    uint8_t *base = (uint8_t *)s + segment_area_start((enum segment_kind)s->kind, pg->index);
     uint32_t bs = sizeclass_block_size[cls];
     pg->cls = (uint8_t)cls;
     pg->capacity = (uint16_t)(area / bs);

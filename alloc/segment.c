@@ -126,9 +126,9 @@ static void segment_init_header(struct segment *s, struct heap *h, enum segment_
         s->page_count = PAGES_PER_SEGMENT;
         s->free_pages = ~(uint64_t)0;
     } else {
-        s->page_shift = SEGMENT_SHIFT;
-        s->page_count = 1;
-        s->free_pages = 1;
+        s->page_shift = MEDIUM_PAGE_SHIFT;
+        s->page_count = MEDIUM_PAGES_PER_SEGMENT;
+        s->free_pages = ((uint64_t)1 << MEDIUM_PAGES_PER_SEGMENT) - 1;
     }
 }
 

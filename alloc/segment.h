@@ -6,8 +6,9 @@
  *   - A segment is SEGMENT_SIZE bytes at a SEGMENT_SIZE-aligned address; its
  *     header (struct segment) sits at the start, followed by the page area.
  *   - Small segments have PAGES_PER_SEGMENT pages of PAGE_SIZE; page 0 loses
- *     its first SMALL_HEADER bytes to the header. A medium segment is one
- *     page whose area starts at MEDIUM_HEADER.
+ *     its first SMALL_HEADER bytes to the header. Medium segments have
+ *     MEDIUM_PAGES_PER_SEGMENT pages of MEDIUM_PAGE_SIZE; page 0's area
+ *     starts at MEDIUM_HEADER.
  *   - segmap[addr >> SEGMENT_SHIFT] holds the owner heap's tag for as long
  *     as the segment is mapped and owned; it is cleared before unmapping.
  *   - Page descriptors are only written by the owning heap's thread.
@@ -27,11 +28,11 @@ enum segment_kind { SEG_SMALL = 1, SEG_MEDIUM = 2 };
 
 /* page->flags: free()'s fast path pushes a block only onto a page whose
  * flags are exactly PAGE_OPEN, which page_init sets on small pages. A
- * descriptor nobody opened is zero: an unassigned page, and slices 1..63
- * of a medium segment (its one descriptor is pages[0]), whose zero-filled
+ * descriptor nobody opened is zero: an unassigned page, and slices 4..63
+ * of a medium segment (its descriptors are pages[0..3]), whose zero-filled
  * descriptors need no write, and so no page fault, when the segment is
- * mapped. Slice 0 of a medium segment is its header, and lands on pages[0]:
- * PAGE_MEDIUM keeps that one from the fast path too, so every medium free
+ * mapped. Slices 0..3 of a medium segment land on its own descriptors:
+ * PAGE_MEDIUM keeps those from the fast path too, so every medium free
  * is checked: the owner's against the page's descriptor (raw_free_own),
  * any other thread's against its shape. */
 #define PAGE_OPEN     0x1
@@ -133,7 +134,7 @@ struct heap;
 struct segment {
     struct heap *heap;
     uint32_t kind;
-    uint32_t page_shift;       /* PAGE_SHIFT or SEGMENT_SHIFT */
+    uint32_t page_shift;       /* PAGE_SHIFT or MEDIUM_PAGE_SHIFT */
     uint16_t pages_in_use;
     uint16_t pages_retired;    /* of those, empty and kept on the heap's
                                   retired lists (heap.c) */
@@ -143,7 +144,7 @@ struct segment {
     struct segment *next, *prev;            /* the heap's segments */
     struct segment *all_next, *all_prev;    /* every live segment (stats) */
     /* Shapes first: the fields, the shapes and the first 47 descriptors
-     * share the header's first OS page, so a medium segment (one page) or
+     * share the header's first OS page, so a medium segment (four pages) or
      * a small one using fewer pages faults in one header page, not two. */
     struct page_shape shapes[PAGES_PER_SEGMENT];
     struct page pages[PAGES_PER_SEGMENT];
@@ -223,12 +224,20 @@ static inline struct page_shape *segment_shape_of(struct segment *s, const void 
     return &s->shapes[((uintptr_t)p & SEGMENT_MASK) >> s->page_shift];
 }
 
+/* Where page i's area starts, from its segment's start: after the header
+ * in page 0, on the page's boundary in the others. */
+static inline size_t segment_area_start(enum segment_kind kind, unsigned i)
+{
+    if (kind == SEG_MEDIUM)
+        return i == 0 ? MEDIUM_HEADER : (size_t)i << MEDIUM_PAGE_SHIFT;
+    return i == 0 ? SMALL_HEADER : (size_t)i << PAGE_SHIFT;
+}
+
 static inline size_t page_area_size(const struct segment *s, const struct page *pg)
 {
     size_t guard = s->guarded && pg->index == s->page_count - 1u ? OS_PAGE : 0;
-    if (s->kind == SEG_MEDIUM)
-        return SEGMENT_SIZE - MEDIUM_HEADER - guard;
-    return (pg->index == 0 ? PAGE_SIZE - SMALL_HEADER : PAGE_SIZE) - guard;
+    size_t size = s->kind == SEG_MEDIUM ? MEDIUM_PAGE_SIZE : PAGE_SIZE;
+    return size - segment_area_start((enum segment_kind)s->kind, pg->index) % size - guard;
 }
 
 HIDDEN void segment_init_secret(void);

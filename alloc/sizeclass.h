@@ -6,8 +6,10 @@
  * 512 KiB, so a class never exceeds a request by more than 12.5 % (and
  * by about 6 % on average; a borrowed block, below, by up to 37.5 %, and
  * a young heap's paired class by up to 25 %). Classes up to SMALL_MAX
- * live in 64 KiB pages; larger ("medium") ones in a page spanning a whole
- * segment, so every page holds at least 7 blocks. The fast path needs no
+ * live in 64 KiB pages; larger ("medium") ones in 1 MiB pages, four to a
+ * segment: at least 7 blocks a page up to 128 KiB, 1 to 7 above it (the
+ * requests there are mostly span blocks, span.h, and the medium classes
+ * serve those whose gate is shut). The fast path needs no
  * class lookup at all: each heap's direct[] table maps (size + 15) / 16
  * straight to the class's page.
  */

@@ -109,7 +109,8 @@ static void free_into_unassigned_page(void *arg)
 }
 
 /* A pointer into a medium segment's 64 KiB header: the fast path's slice
- * lookup lands on the segment's one descriptor (pages[0]), which is open.
+ * lookup lands on the descriptor of the segment's first page (pages[0]),
+ * which is open.
  * Pushed, it dropped the page's count (the sweep then gave back the page
  * under a live block) and the next malloc of the class returned it. */
 static void free_into_medium_header(void *arg)
@@ -177,14 +178,56 @@ static void free_inside_medium(void *arg)
     free(p + 4096);
 }
 
+/* Where the blocks of b's medium page start: its 1 MiB slice of the
+ * segment, 64 KiB in for the first (the header). */
+static uintptr_t medium_page_start(const void *b)
+{
+    uintptr_t page = (uintptr_t)b & ~(uintptr_t)((1u << 20) - 1);
+    return (page & ((4u << 20) - 1)) ? page : page + (64u << 10);
+}
+
 static void free_past_the_carved_medium_blocks(void *arg)
 {
     (void)arg;
     char *b = malloc(20000);    /* medium: below SPAN_MIN */
-    /* The start of block 70 of b's page (201 fit): in the same segment
-     * wherever b lies in it, and not carved by a child that took one. */
-    uintptr_t seg = (uintptr_t)b & ~(uintptr_t)((4u << 20) - 1);
-    char *volatile p = (char *)(seg + (64u << 10) + 70 * malloc_usable_size(b));
+    /* The start of block 30 of b's page (48 fit in the first, 51 in the
+     * others), not carved by a child that took one. */
+    char *volatile p = (char *)(medium_page_start(b) + 30 * malloc_usable_size(b));
+    free(p);
+}
+
+/* A medium block of a page past its segment's first (the block's 1 MiB
+ * slice names its page: raw_free_own), or exit 3 when none came. */
+static char *medium_block_past_the_first_page(void)
+{
+    for (int i = 0; i < 400; i++) {
+        char *b = malloc(20000);
+        if ((uintptr_t)b & ((4u << 20) - 1) & ~(uintptr_t)((1u << 20) - 1))
+            return b;
+    }
+    _exit(3);
+}
+
+static void free_inside_a_later_medium_page(void *arg)
+{
+    (void)arg;
+    char *volatile p = medium_block_past_the_first_page();
+    free(p + 4096);
+}
+
+static void free_past_the_carved_blocks_of_a_later_medium_page(void *arg)
+{
+    (void)arg;
+    char *b = medium_block_past_the_first_page();
+    char *volatile p = (char *)(medium_page_start(b) + 50 * malloc_usable_size(b));
+    free(p);
+}
+
+static void double_free_in_a_later_medium_page(void *arg)
+{
+    (void)arg;
+    void *volatile p = medium_block_past_the_first_page();
+    free(p);
     free(p);
 }
 
@@ -206,6 +249,14 @@ Test(misuse, free_past_the_carved_blocks_of_a_medium_page)
                  "free(): invalid pointer (not the start of a block)");
 }
 Test(misuse, double_free_of_medium_block) { expect_abort(double_free_medium, "double free"); }
+Test(misuse, a_medium_page_past_the_first_checks_its_own_blocks)
+{
+    expect_abort(free_inside_a_later_medium_page,
+                 "free(): invalid pointer (not the start of a block)");
+    expect_abort(free_past_the_carved_blocks_of_a_later_medium_page,
+                 "free(): invalid pointer (not the start of a block)");
+    expect_abort(double_free_in_a_later_medium_page, "double free");
+}
 
 Test(misuse, free_into_an_unassigned_page_of_a_live_segment)
 {
