@@ -56,6 +56,58 @@ Test(secure, guard_page_at_the_end_of_a_segment)
     cr_assert_eq(child_signal(&r), SIGSEGV, "status %d: %s", r.status, r.err);
 }
 
+static void write_past_medium_segment_end(void *arg)
+{
+    (void)arg;
+    secure_on();
+    /* A medium segment's last 1 MiB page gives up its last OS page to the
+     * guard: 102 blocks of 10 KiB tile the 1,020 KiB left exactly, so the
+     * last one ends where the guard begins. */
+    volatile char *last = NULL;
+    for (int i = 0; i < 3000 && !last; i++) {
+        volatile char *p = malloc(10240);
+        uintptr_t end = ((uintptr_t)p & ((4u << 20) - 1)) + 10240;
+        if (end + 4096 == (4u << 20))
+            last = p;
+    }
+    if (!last)
+        _exit(4);             /* never found a block next to a guard */
+    last[10239] = 1;          /* the last byte before the guard: fine */
+    *(volatile char *)((uintptr_t)last + 10240) = 1;     /* the guard page */
+    _exit(3);
+}
+
+Test(secure, guard_page_at_the_end_of_a_medium_segment)
+{
+    struct child_result r = run_in_child(write_past_medium_segment_end, NULL);
+    cr_assert_eq(child_signal(&r), SIGSEGV, "status %d: %s", r.status, r.err);
+}
+
+static void fill_medium_segments(void *arg)
+{
+    (void)arg;
+    secure_on();
+    /* 16 KiB blocks: 64 would fit a whole 1 MiB page, 63 fit before the
+     * last page's guard. Written whole, a block that reached into the
+     * guard would fault; 600 of them fill two segments' pages. */
+    for (int i = 0; i < 600; i++) {
+        char *p = malloc(16384);
+        if (!p)
+            _exit(5);
+        if (((uintptr_t)p & ((4u << 20) - 1)) + 16384 > (4u << 20) - 4096)
+            _exit(6);         /* a block overlaps the guard */
+        memset(p, 1, 16384);
+    }
+    _exit(0);
+}
+
+Test(secure, medium_blocks_stop_before_the_guard)
+{
+    struct child_result r = run_in_child(fill_medium_segments, NULL);
+    cr_assert(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0, "status %#x (signal %d): %s",
+              r.status, child_signal(&r), r.err);
+}
+
 static void shuffled(void *arg)
 {
     (void)arg;
