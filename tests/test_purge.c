@@ -239,12 +239,18 @@ Test(purge, empty_pages_are_purged_after_the_delay_without_trim)
 
 Test(purge, medium_blocks_are_returned_too)
 {
+    /* And their segments with them once all four pages went back. */
+    struct tally_stats s0 = { .size = sizeof s0 }, s1 = { .size = sizeof s1 };
+    cr_assert_eq(tally_stats_get(&s0), 0);
     size_t n;
     void **v = build_peak(30000, &n);        /* below SPAN_MIN */
     long full = rss_kib();
     free_all(v, n);
     malloc_trim(0);
     cr_assert_lt(rss_kib(), full - 150 * 1024);
+    cr_assert_eq(tally_stats_get(&s1), 0);
+    cr_assert_leq(s1.segments, s0.segments + 1, "%llu segments live after the trim, %llu before",
+                  (unsigned long long)s1.segments, (unsigned long long)s0.segments);
 }
 
 Test(purge, ping_pong_reuses_memory_without_growing)
