@@ -28,59 +28,48 @@ Test(secure, guard_page_after_a_large_block)
     cr_assert_eq(child_signal(&r), SIGSEGV, "status %d: %s", r.status, r.err);
 }
 
-static void write_past_segment_end(void *arg)
+/* Allocates `tries` blocks of `request` bytes (`block` bytes of their
+ * class), writes the last byte of the latest one that ends where its
+ * segment's guard begins (fine), then the guard. The latest: it is in a
+ * segment mapped after secure mode went on (earlier segments, from
+ * before, have no guard). */
+struct guard_case { size_t request, block; int tries; };
+
+static void write_into_the_guard(void *arg)
 {
-    (void)arg;
+    const struct guard_case *c = arg;
     secure_on();
-    /* 5120-byte blocks tile the last page's 60 KiB exactly, so the last
-     * one ends where the guard begins. The latest such block is in a
-     * segment mapped after secure mode went on (earlier segments, from
-     * before, have no guard). */
     volatile char *last = NULL;
-    for (int i = 0; i < 4000; i++) {
-        volatile char *p = malloc(5000);
-        uintptr_t end = ((uintptr_t)p & ((4u << 20) - 1)) + 5120;
+    for (int i = 0; i < c->tries; i++) {
+        volatile char *p = malloc(c->request);
+        uintptr_t end = ((uintptr_t)p & ((4u << 20) - 1)) + c->block;
         if (end + 4096 == (4u << 20))
             last = p;
     }
     if (!last)
         _exit(4);             /* never found a block next to a guard */
-    last[5119] = 1;           /* the last byte before the guard: fine */
-    last[5120] = 1;           /* the guard page */
+    last[c->block - 1] = 1;   /* the last byte before the guard: fine */
+    *(volatile char *)((uintptr_t)last + c->block) = 1;     /* the guard page */
     _exit(3);
 }
 
+static void expect_the_guard_to_fault(struct guard_case c)
+{
+    struct child_result r = run_in_child(write_into_the_guard, &c);
+    cr_assert_eq(child_signal(&r), SIGSEGV, "status %d: %s", r.status, r.err);
+}
+
+/* 5120-byte blocks tile a small segment's last page's 60 KiB exactly. */
 Test(secure, guard_page_at_the_end_of_a_segment)
 {
-    struct child_result r = run_in_child(write_past_segment_end, NULL);
-    cr_assert_eq(child_signal(&r), SIGSEGV, "status %d: %s", r.status, r.err);
+    expect_the_guard_to_fault((struct guard_case){ 5000, 5120, 4000 });
 }
 
-static void write_past_medium_segment_end(void *arg)
-{
-    (void)arg;
-    secure_on();
-    /* A medium segment's last 1 MiB page gives up its last OS page to the
-     * guard: 102 blocks of 10 KiB tile the 1,020 KiB left exactly, so the
-     * last one ends where the guard begins. */
-    volatile char *last = NULL;
-    for (int i = 0; i < 3000 && !last; i++) {
-        volatile char *p = malloc(10240);
-        uintptr_t end = ((uintptr_t)p & ((4u << 20) - 1)) + 10240;
-        if (end + 4096 == (4u << 20))
-            last = p;
-    }
-    if (!last)
-        _exit(4);             /* never found a block next to a guard */
-    last[10239] = 1;          /* the last byte before the guard: fine */
-    *(volatile char *)((uintptr_t)last + 10240) = 1;     /* the guard page */
-    _exit(3);
-}
-
+/* A medium segment's last 1 MiB page gives up its last OS page to the
+ * guard: 102 blocks of 10 KiB tile the 1,020 KiB left exactly. */
 Test(secure, guard_page_at_the_end_of_a_medium_segment)
 {
-    struct child_result r = run_in_child(write_past_medium_segment_end, NULL);
-    cr_assert_eq(child_signal(&r), SIGSEGV, "status %d: %s", r.status, r.err);
+    expect_the_guard_to_fault((struct guard_case){ 10240, 10240, 3000 });
 }
 
 static void fill_medium_segments(void *arg)
