@@ -215,8 +215,9 @@ static void heap_sweep_live_page(struct heap *h, struct page *pg, bool at_once, 
      * back (page_purge_tail), but not from a medium page that carved since
      * the last look: its next blocks are in it. A segment that a program
      * in phases (w_phase) emptied of small blocks became a medium page
-     * (then the whole segment) whose 4 MiB were trimmed at the next sweep, a few ms later, and
-     * faulted in again block by block: 8,000-27,000 faults a round (0
+     * (then the whole segment) whose 4 MiB were trimmed at the next
+     * sweep, a few ms later, and faulted in again block by block:
+     * 8,000-27,000 faults a round (0
      * with purge_delay=400), 0-2,300 this way. (8 bits of the count tell
      * it from a page standing still; a wrap of exactly 256 blocks only
      * trims early.) */
@@ -519,11 +520,11 @@ static void heap_page_set_up(struct heap *h)
 /* The class's last retired page, else the newest retired page of its
  * kind (not for a class that writes sparsely: above), else NULL. A page
  * that changes class keeps what the old class touched until the sweep
- * trims it, so the same class matters: looking
- * only 8 pages back along the retired list (there are 56 small and 48
- * medium classes) took mstress's peak to 16.1 MiB, the class's last
- * retired page to 13.1-13.7; an 8-page walk kept beside it changed nothing
- * measurable (mstress 13.4 MiB either way) and went. */
+ * trims it, so the same class matters: looking only 8 pages back along
+ * the retired list (there are 56 small and 48 medium classes) took
+ * mstress's peak to 16.1 MiB, the class's last retired page to
+ * 13.1-13.7; an 8-page walk kept beside it changed nothing measurable
+ * (mstress 13.4 MiB either way) and went. */
 static struct page *heap_retired_page(struct heap *h, unsigned cls)
 {
     struct page *pg = h->retired_of[cls];
@@ -557,8 +558,8 @@ static struct page *heap_retired_page(struct heap *h, unsigned cls)
  * little), not medium classes (their free blocks are purged, so a
  * borrowed one faults like a fresh one, and it keeps a page from
  * emptying: mstress 13.2 -> 16.1 MiB when they lent, with pages of a
- * whole segment), and not while
- * a mode is on, so timing sees each size in its own class.
+ * whole segment), and not while a mode is on, so timing sees each size
+ * in its own class.
  * At most HEAP_BORROW_MAX blocks in a row: a borrowing class has no
  * current page, so each of its mallocs takes this slow path, and a class
  * whose neighbours hold many holes would never get off it (a malloc+free
@@ -721,9 +722,8 @@ static struct page *heap_rekind_to_medium(struct heap *h, unsigned cls)
 /* A fresh page for cls: for a medium class (unless it writes sparsely)
  * first the pages of a small segment the heap emptied (above); then a
  * free page of one of h's segments of the class's kind, else a page of a
- * new segment. (A small
- * class finds a medium segment's pages retired: alloc_slow_locked asks
- * heap_rekind_to_small first.) */
+ * new segment. (A small class finds a medium segment's pages retired:
+ * alloc_slow_locked asks heap_rekind_to_small first.) */
 static struct page *heap_fresh_page(struct heap *h, unsigned cls)
 {
     enum segment_kind kind = kind_of_class(cls) ? SEG_MEDIUM : SEG_SMALL;

@@ -106,10 +106,10 @@ static ALWAYS_INLINE struct block *page_try_pop(struct page *pg)
 /* Puts b, a block of pg in use, back on pg's list: the owner's free. The
  * count goes last and nothing of pg is touched after it: once it reads 0,
  * another thread's trim may give the page back, and its segment with it
- * when that was the segment's last page (heap.c, heap_trim_other). So the decrement is a release:
- * on x86, whose stores stay in order, a compiler fence is enough (no
- * instruction; without it GCC put the list store after the decrement, in
- * free); elsewhere a release store. */
+ * when that was the segment's last page (heap.c, heap_trim_other). So
+ * the decrement is a release: on x86, whose stores stay in order, a
+ * compiler fence is enough (no instruction; without it GCC put the list
+ * store after the decrement, in free); elsewhere a release store. */
 static ALWAYS_INLINE void page_push_block(struct page *pg, struct block *b)
 {
     block_set_next(b, pg->free);

@@ -31,10 +31,10 @@ enum segment_kind { SEG_SMALL = 1, SEG_MEDIUM = 2 };
  * descriptor nobody opened is zero: an unassigned page, and slices 4..63
  * of a medium segment (its descriptors are pages[0..3]), whose zero-filled
  * descriptors need no write, and so no page fault, when the segment is
- * mapped. Slices 0..3 of a medium segment land on its own descriptors:
- * PAGE_MEDIUM keeps those from the fast path too, so every medium free
- * is checked: the owner's against the page's descriptor (raw_free_own),
- * any other thread's against its shape. */
+ * mapped. The 64 KiB slices 0..3 of a medium segment land on its four
+ * pages' own descriptors: PAGE_MEDIUM keeps those from the fast path
+ * too, so every medium free is checked: the owner's against the page's
+ * descriptor (raw_free_own), any other thread's against its shape. */
 #define PAGE_OPEN     0x1
 #define PAGE_FULL     0x2   /* out of its class's queue until a block comes back */
 #define PAGE_MEDIUM   0x4
