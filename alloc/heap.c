@@ -46,9 +46,9 @@ static unsigned kind_of_class(unsigned cls) { return cls < NUM_SMALL_CLASSES ? 0
  * would stay resident for nothing, where a purged page faults in only
  * what they write. With 1 MiB medium pages, taken over from class to
  * class more often than whole segments were, mstress (objects written at
- * their ends only) peaked at 13.3 MiB at one thread and 18.3 at two,
- * against 11.6 and 17.2 with pages of a whole segment; 12.0 and 16.7
- * this way (medians of 5 runs). */
+ * their ends only) peaked at 13,300 KiB at one thread and 18,300 at two,
+ * against 11,630 and 17,180 with pages of a whole segment; 11,980 and
+ * 16,660 this way (/usr/bin/time, medians of 5 runs). */
 static bool class_writes_sparsely(unsigned cls)
 {
     return sizeclass_block_size[cls] > SPAN_MIN;
