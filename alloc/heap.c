@@ -661,12 +661,40 @@ static struct segment *heap_rekinded_segment(struct heap *h, enum segment_kind k
     return s;
 }
 
-/* The pages of a segment that was medium and is small now (above): each
- * one its old page wrote, as far as it did, becomes a retired page of
- * cls, to be reused by any small class (a free page of a segment is taken
- * to be purged). They are purged when the medium page would have been:
- * dated back by the difference of the two delays, at the list's oldest
- * end. Whether there was any. */
+/* Notes in pg, just taken from s, what the segment's old pages wrote of
+ * its area: the bytes from the segment's start up to `end`. */
+static void page_note_written(struct segment *s, struct page *pg, size_t end)
+{
+    size_t start = segment_area_start((enum segment_kind)s->kind, pg->index);
+    size_t area = page_area_size(s, pg);
+    pg->touched = end <= start ? 0 : (uint32_t)(end - start < area ? end - start : area);
+}
+
+/* The pages of s, a segment that changed kind (above), past its first
+ * that its old pages wrote: each becomes a retired page of cls, to be
+ * reused by any class of the new kind (a free page of a segment is taken
+ * to be purged), dated `at`, at the list's oldest end or its newest.
+ * Whether there was any. */
+static bool heap_retire_written(struct heap *h, struct segment *s, size_t end, unsigned cls,
+                                uint64_t at, bool oldest)
+{
+    bool any = false;
+    for (unsigned i = s->page_count - 1u; i >= 1; i--) {
+        if (end <= segment_area_start((enum segment_kind)s->kind, i))
+            continue;
+        struct page *pg = segment_take_page_at(s, i);
+        page_note_written(s, pg, end);
+        page_init(s, pg, cls);
+        heap_retired_push(h, pg, at, oldest);
+        any = true;
+    }
+    return any;
+}
+
+/* A segment that was medium made small (above): its written pages are
+ * purged when the medium page would have been: dated back by the
+ * difference of the two delays, at the list's oldest end. Whether there
+ * was any. */
 static bool heap_rekind_to_small(struct heap *h, unsigned cls)
 {
     size_t end;
@@ -675,46 +703,21 @@ static bool heap_rekind_to_small(struct heap *h, unsigned cls)
     if (!s)
         return false;
     uint64_t delay = init_purge_delay_ms(), back = delay - delay / MEDIUM_DELAY_DIVISOR;
-    since = since > back ? since - back : 0;
-    bool any = false;
-    for (unsigned i = s->page_count - 1u; i >= 1; i--) {
-        if (end <= (size_t)i * PAGE_SIZE)
-            continue;
-        struct page *pg = segment_take_page_at(s, i);
-        size_t written = end - (size_t)i * PAGE_SIZE;
-        pg->touched = (uint32_t)(written < PAGE_SIZE ? written : PAGE_SIZE);
-        page_init(s, pg, cls);
-        heap_retired_push(h, pg, since, true);
-        any = true;
-    }
-    return any;
+    return heap_retire_written(h, s, end, cls, since > back ? since - back : 0, true);
 }
 
-/* The pages of a small segment the heap emptied, made medium (above):
- * page 0 for cls, and each other page the small pages wrote becomes a
- * retired medium page with what was written noted, to be reused by any
- * medium class or purged after the medium delay (a free page of a segment
- * is taken to be purged). NULL when there is no such segment. */
+/* A small segment the heap emptied, made medium (above): page 0 for cls,
+ * the others it wrote retired for the next medium classes, purged after
+ * the medium delay. NULL when there is no such segment. */
 static struct page *heap_rekind_to_medium(struct heap *h, unsigned cls)
 {
     size_t end;
     struct segment *s = heap_rekinded_segment(h, SEG_MEDIUM, &end, NULL);
     if (!s)
         return NULL;
-    uint64_t now = os_now_ms();
-    for (unsigned i = s->page_count - 1u; i >= 1; i--) {
-        size_t start = segment_area_start(SEG_MEDIUM, i);
-        if (end <= start)
-            continue;
-        struct page *pg = segment_take_page_at(s, i);
-        pg->touched = (uint32_t)(end - start < MEDIUM_PAGE_SIZE ? end - start : MEDIUM_PAGE_SIZE);
-        page_init(s, pg, cls);
-        heap_retired_push(h, pg, now, false);
-    }
+    heap_retire_written(h, s, end, cls, os_now_ms(), false);
     struct page *pg = segment_take_page_at(s, 0);
-    size_t area = MEDIUM_PAGE_SIZE - MEDIUM_HEADER;
-    if (end > MEDIUM_HEADER)
-        pg->touched = (uint32_t)(end - MEDIUM_HEADER < area ? end - MEDIUM_HEADER : area);
+    page_note_written(s, pg, end);
     page_init(s, pg, cls);
     return pg;
 }

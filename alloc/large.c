@@ -342,15 +342,10 @@ static void large_release(struct large_header *h)
         large_cache_put(h, map_size, &h->maps, true);
 }
 
-void large_free(void *p, const char *func)
-{
-    large_release(large_checked(p, func));
-}
-
-bool large_free_plain(void *p, const char *func)
+bool large_free(void *p, const char *func, unsigned refuse)
 {
     struct large_header *h = large_checked(p, func);
-    if (h->flags & LARGE_DEBUG)
+    if (h->flags & refuse)
         return false;
     large_release(h);
     return true;

@@ -29,11 +29,11 @@
 HIDDEN void *large_alloc(size_t size, size_t align, size_t front, unsigned flags);
 /* The flags of the live large block starting at p (0 if not one). */
 HIDDEN unsigned large_flags(const void *p);
-/* Aborts through diag_fail() on a pointer that is not a live large block. */
-HIDDEN void large_free(void *p, const char *func);
-/* large_free, unless p is a debug block (LARGE_DEBUG): false then, with
- * nothing freed. One lookup of the block for both. */
-HIDDEN bool large_free_plain(void *p, const char *func);
+/* Frees the large block p, unless it has one of the flags `refuse`
+ * (LARGE_DEBUG, or 0): false then, with nothing freed (one lookup of the
+ * block for both). Aborts through diag_fail() on a pointer that is not a
+ * live large block. */
+HIDDEN bool large_free(void *p, const char *func, unsigned refuse);
 /* Resizes in place or by moving pages; NULL (p intact) on failure. */
 HIDDEN void *large_realloc(void *p, size_t size);
 HIDDEN size_t large_usable_size(const void *p, const char *func);

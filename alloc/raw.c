@@ -163,8 +163,8 @@ static NOINLINE void free_owned_at(struct segment *s, void *p, const char *func)
  * common path. */
 static NOINLINE void medium_free_fail(const struct page *pg, const void *p)
 {
-    uint32_t off = (uint32_t)((uintptr_t)p & SEGMENT_MASK) -
-                   (uint32_t)segment_area_start(SEG_MEDIUM, pg->index);
+    uint32_t in_seg = (uint32_t)((uintptr_t)p & SEGMENT_MASK);
+    uint32_t off = in_seg - medium_area_start_at(in_seg);
     uint32_t bs = sizeclass_block_size[pg->cls];
     bool carved = off < (uint32_t)pg->reserved * bs && off % bs == 0;
     free_own_fail(carved ? "invalid pointer (never handed out)"
@@ -197,8 +197,7 @@ void raw_free_own(void *p)
                                           ((in_seg >> (MEDIUM_PAGE_SHIFT - 6)) &
                                            ((MEDIUM_PAGES_PER_SEGMENT - 1) << 6)));
         if (likely(pg->flags & PAGE_MEDIUM)) {
-            uint32_t start = in_seg & (uint32_t)(SEGMENT_MASK & ~(MEDIUM_PAGE_SIZE - 1));
-            start = start ? start : MEDIUM_HEADER;
+            uint32_t start = medium_area_start_at(in_seg);
             uint32_t off = in_seg - start;
             /* One bound for three cases: a pointer into the header wraps off
              * around to at least 4 GiB - 64 KiB; a block of the fresh run and
@@ -245,25 +244,26 @@ static uint16_t checked_tag(const void *p, const char *func)
     return tag;
 }
 
-void raw_free(void *p, const char *func)
+/* raw_free, or raw_free_plain when not `debug_too`. */
+static ALWAYS_INLINE bool free_checked(void *p, const char *func, bool debug_too)
 {
     uint16_t tag = checked_tag(p, func);
-    if (tag >= TAG_LARGE_TAIL) {
-        large_free(p, func);
-        return;
-    }
+    if (tag >= TAG_LARGE_TAIL)
+        return large_free(p, func, debug_too ? 0 : LARGE_DEBUG);
+    if (!debug_too && tag == __atomic_load_n(&heap_debug_tag, __ATOMIC_RELAXED))
+        return false;
     raw_free_heap_block(p, tag, func);
+    return true;
+}
+
+void raw_free(void *p, const char *func)
+{
+    free_checked(p, func, true);
 }
 
 bool raw_free_plain(void *p, const char *func)
 {
-    uint16_t tag = checked_tag(p, func);
-    if (tag >= TAG_LARGE_TAIL)
-        return large_free_plain(p, func);
-    if (tag == __atomic_load_n(&heap_debug_tag, __ATOMIC_RELAXED))
-        return false;
-    raw_free_heap_block(p, tag, func);
-    return true;
+    return free_checked(p, func, false);
 }
 
 size_t raw_usable_size(void *p, const char *func)
@@ -361,7 +361,7 @@ bool raw_is_debug(const void *p)
 void raw_free_debug(void *p)
 {
     if (segmap_tag_checked(p) >= TAG_LARGE_TAIL) {
-        large_free(p, "free");
+        large_free(p, "free", 0);
         return;
     }
     void *b = raw_debug_block_of(p);
