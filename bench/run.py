@@ -88,7 +88,7 @@ def run_all(args, works, allocs):
                 run = execute.run_once(measure, argv, a.path, args.timeout, a.options)
                 results.setdefault((w.name, a.name), []).append(run)
                 done += 1
-                status = (f"{run.wall_s:7.3f} s {run.maxrss_kib / 1024:8.1f} MiB"
+                status = (f"{run.wall_s:7.3f} s {run.peak_kib / 1024:8.1f} MiB"
                           if run.ok else f"FAIL {run.error}")
                 print(f"[{done:3d}/{total}] {w.name:<14} {a.name:<10} run {rep}/"
                       f"{args.reps}  {status}", flush=True)

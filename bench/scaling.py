@@ -125,7 +125,7 @@ def write_csv(path, cells, works, threads, names):
                     c = cells.get((w.name, t, n))
                     if c is None:
                         continue
-                    for q, s in (("time_s", c.time), ("maxrss_kib", c.rss_kib)):
+                    for q, s in (("time_s", c.time), ("peak_kib", c.rss_kib)):
                         vals = [s.median, s.lo, s.hi] if s else ["", "", ""]
                         out.writerow([w.name, t, n, q] + vals +
                                      [c.runs - c.failed, c.failed, c.error])

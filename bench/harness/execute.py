@@ -2,10 +2,12 @@
 
 Every run goes through build/bench/measure (bench/measure.c), which forks
 the program with LD_PRELOAD set to the allocator (none for the system
-malloc), times it and writes its wait status and rusage (user, sys, peak
-RSS in KiB) to a result file. Measuring from that small C program rather
-than from Python keeps the interpreter's own resident set out of the
-child's ru_maxrss, which Linux carries across exec.
+malloc), times it and writes its wait status, rusage (user, sys,
+ru_maxrss) and peak RSS in KiB to a result file. Measuring from that small
+C program rather than from Python keeps the interpreter's own resident set
+out of the child's ru_maxrss, which Linux carries across exec. The peak is
+the larger of ru_maxrss and the VmHWM measure reads when the program exits
+(ru_maxrss alone misses up to 31 pages a CPU: measure.c says why).
 
 stdout and stderr go to temporary files rather than pipes so that neither
 can fill up and stall the child. A run that overstays its timeout is killed
@@ -28,7 +30,8 @@ from typing import Dict
 class Run:
     ok: bool
     wall_s: float = 0.0
-    maxrss_kib: float = 0.0
+    maxrss_kib: float = 0.0         # ru_maxrss as the kernel reports it
+    peak_kib: float = 0.0           # the larger of it and VmHWM at exit
     user_s: float = 0.0
     sys_s: float = 0.0
     metrics: Dict[str, float] = field(default_factory=dict)
@@ -100,6 +103,7 @@ def run_once(measure, argv, preload, timeout_s, options=None):
     if "status" not in got:
         return Run(ok=False, error="measure failed: " + err_text.strip()[-200:])
     run = Run(ok=True, wall_s=got["wall_s"], maxrss_kib=got["maxrss_kib"],
+              peak_kib=got.get("peak_kib", got["maxrss_kib"]),
               user_s=got["user_s"], sys_s=got["sys_s"],
               metrics=parse_metrics(out_text))
     status = int(got["status"])

@@ -33,11 +33,12 @@ class Cell:
     failed: int
     error: str
     time: Optional[Stat]              # seconds: wall, or the time metric
-    rss_kib: Optional[Stat]
+    rss_kib: Optional[Stat]           # peak RSS (measure.c's peak_kib)
     wall: Optional[Stat]
     user: Optional[Stat]
     sys: Optional[Stat]
     metrics: Dict[str, Stat] = field(default_factory=dict)
+    maxrss_kib: Optional[Stat] = None  # ru_maxrss alone, as runs before Dec 7 used
 
     @property
     def ok(self):
@@ -55,7 +56,8 @@ def make_cell(runs, time_metric):
     return Cell(
         runs=len(runs), failed=len(bad), error=bad[0].error if bad else "",
         time=Stat.of(run_time(r) for r in good),
-        rss_kib=Stat.of(r.maxrss_kib for r in good),
+        rss_kib=Stat.of(r.peak_kib for r in good),
+        maxrss_kib=Stat.of(r.maxrss_kib for r in good),
         wall=Stat.of(r.wall_s for r in good),
         user=Stat.of(r.user_s for r in good),
         sys=Stat.of(r.sys_s for r in good),

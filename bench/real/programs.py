@@ -9,8 +9,10 @@ alternate run by run, as in the suite), and prints the median wall time
 and peak RSS with their ratios to glibc's, as a Markdown table.
 
 A program that is not installed is skipped (git also outside a clone). Each run goes through
-build/bench/measure (LD_PRELOAD, wall time, ru_maxrss of the biggest
-process in the run: the program, not its pipe's `wc`); a run that fails
+build/bench/measure (LD_PRELOAD, wall time, and peak RSS: ru_maxrss of
+the biggest process in the run, the program, not its pipe's `wc`; the
+shell measure starts is the process it traces, so its VmHWM adds
+nothing here); a run that fails
 is reported as FAIL. The workloads are deterministic, so their outputs
 are compared too: an allocator whose run prints something else fails.
 
@@ -109,7 +111,7 @@ def run_once(measure, so, cmd, d):
         fields = f.read().split()
     kv = dict(zip(fields[0::2], fields[1::2]))
     ok = r.returncode == 0 and kv.get("status") == "0"
-    return ok, r.stdout, float(kv["wall_s"]), int(kv["maxrss_kib"])
+    return ok, r.stdout, float(kv["wall_s"]), int(kv.get("peak_kib", kv["maxrss_kib"]))
 
 
 def main():
