@@ -126,6 +126,25 @@ struct span_arena {
  * with their locks' initializer made two pages of every process's
  * file-backed .data. */
 static TABLE_BSS struct span_arena arenas[SPAN_ARENAS];
+/* Bit i: arenas[i] has had a segment. The sweeps look at every arena
+ * (span_expire, span_holds), and an arena's counts lie on three OS pages
+ * of `.bss` that a program without span blocks need not fault in: on a
+ * kernel that backs a read of untouched memory with a page of its own
+ * (this guest's does; others map the shared zero page), reading them cost
+ * every process 12 KiB. */
+static unsigned arenas_used;
+
+static unsigned arena_bit(const struct span_arena *a)
+{
+    return 1u << (a - arenas);
+}
+
+/* Whether arenas[i] ever had a segment: nothing to look at when not. */
+static bool arena_used(unsigned i)
+{
+    return __atomic_load_n(&arenas_used, __ATOMIC_RELAXED) >> i & 1;
+}
+
 /* Each arena's lock, apart for its initializer. Adaptive: it spins a
  * while before it sleeps. Every span block takes it twice, for a few
  * hundred nanoseconds each time, so a waiter that slept paid a context
@@ -563,6 +582,8 @@ static struct span_segment *segment_map(struct span_arena *a)
         os_purge((char *)s + OS_PAGE, SPAN_UNIT - OS_PAGE);
     s->prev = s->next = s->fprev = s->fnext = NULL;
     s->arena = a;
+    if (!(__atomic_load_n(&arenas_used, __ATOMIC_RELAXED) & arena_bit(a)))
+        __atomic_fetch_or(&arenas_used, arena_bit(a), __ATOMIC_RELAXED);
     s->longest = 0;
     s->magic = SPAN_MAGIC;
     memset(&s->free, 0, sizeof s->free);
@@ -827,7 +848,8 @@ bool span_expire(bool all)
         __atomic_store_n(&busy, false, __ATOMIC_RELAXED);
     bool gave = false;
     for (unsigned i = 0; i < SPAN_ARENAS; i++)
-        gave |= arena_expire(&arenas[i], all, now);
+        if (arena_used(i))
+            gave |= arena_expire(&arenas[i], all, now);
     return gave;
 }
 
@@ -835,14 +857,15 @@ size_t span_cached_bytes(void)
 {
     size_t units = 0;
     for (unsigned i = 0; i < SPAN_ARENAS; i++)
-        units += __atomic_load_n(&arenas[i].cached, __ATOMIC_RELAXED);
+        if (arena_used(i))
+            units += __atomic_load_n(&arenas[i].cached, __ATOMIC_RELAXED);
     return units << SPAN_UNIT_SHIFT;
 }
 
 bool span_holds(void)
 {
     for (unsigned i = 0; i < SPAN_ARENAS; i++)
-        if (arena_holds(&arenas[i]))
+        if (arena_used(i) && arena_holds(&arenas[i]))
             return true;
     return false;
 }
