@@ -26,7 +26,7 @@ enum shared_heap_id { SHARED_ORPHAN, SHARED_DEBUG, SHARED_COUNT };
 
 struct heap {
     /* Fast-path mallocs and slow-path frees before it looks at the clock.
-     * First, on the OS page of direct[]'s first 500 slots: after direct[]
+     * First, on the OS page of direct[]'s first 511 slots: after direct[]
      * it lay on the heap's second page, and a malloc after a system call
      * (the kernel's page-table switch empties the TLB on this guest) took
      * a TLB miss more than it needs (valgrind's lackey: 9 data pages for
