@@ -34,17 +34,10 @@
  * taken out of wall_s; what is left of it, the two wake-ups, is about
  * 0.1-0.3 ms a run, the same for every allocator.
  */
-#include <errno.h>
-#include <fcntl.h>
+#include "bench_util.h"     /* first: it sets _GNU_SOURCE */
 #include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/ptrace.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 static double now_s(void)
 {
@@ -61,18 +54,9 @@ static double tv_s(struct timeval tv)
 /* VmHWM of a live (stopped) process in KiB, or -1. */
 static long hwm_kib(pid_t pid)
 {
-    char path[64], buf[4096];
+    char path[64];
     snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    const char *p = strstr(buf, "\nVmHWM:");
-    return p ? strtol(p + 7, NULL, 10) : -1;
+    return bu_proc_kib(path, "VmHWM");
 }
 
 /* Waits for the child to end, following it through its ptrace stops: the
