@@ -10,6 +10,9 @@
 #                       (BENCH_ARGS="--threads 1,2,4,8,16" for more)
 #   bench-real          real programs (sqlite3, perl, python3, node, gcc,
 #                       git, sort, xz) under each allocator: bench/real/
+#   bench-smoke         CI's check of the suite's machinery: four quick
+#                       workloads once each under tally and glibc, the
+#                       tables and the CSV written (no set-up, no peers)
 #
 # The workload programs link with the system malloc; allocators are
 # swapped at run time with LD_PRELOAD, so the same binaries measure all of
@@ -28,7 +31,7 @@ BENCH_HDRS := bench/bench_util.h
 BENCH_PROGS := $(patsubst bench/%.c,$(BENCH_DIR)/%,$(wildcard bench/w_*.c bench/instr_*.c) bench/measure.c)
 BENCH_ARGS ?=
 
-.PHONY: bench bench-full bench-instructions bench-scaling bench-real bench-build bench-setup
+.PHONY: bench bench-full bench-instructions bench-scaling bench-real bench-build bench-setup bench-smoke
 
 bench-build: $(BENCH_PROGS)
 
@@ -56,5 +59,15 @@ bench-scaling: $(LIB_SO) bench-build bench-setup
 
 bench-real: $(LIB_SO) bench-build bench-setup
 	$(PYTHON) bench/real/programs.py --tally $(LIB_SO) $(BENCH_ARGS)
+
+# run.py exits 1 when a cell failed; the CSV must carry both peaks, the
+# tables' (peak_kib) and ru_maxrss alone (maxrss_kib), for every cell.
+BENCH_SMOKE_DIR := build/bench-smoke
+bench-smoke: $(LIB_SO) bench-build
+	$(PYTHON) bench/run.py --tally $(LIB_SO) --reps 1 --only tally,system \
+	    --workloads asterisk,realloc-m,cache-thrash,bufgrow --out-dir $(BENCH_SMOKE_DIR)
+	test "$$(grep -c ',peak_kib,' $(BENCH_SMOKE_DIR)/latest.csv)" -eq 8
+	test "$$(grep -c ',maxrss_kib,' $(BENCH_SMOKE_DIR)/latest.csv)" -eq 8
+	grep -q 'By ru_maxrss alone' $(BENCH_SMOKE_DIR)/latest.md
 
 .DEFAULT_GOAL := $(bench_saved_goal)
