@@ -406,9 +406,7 @@ void heap_tidy(struct heap *h, uint64_t now, uint64_t delay)
 size_t heap_kept_bytes(const struct heap *h)
 {
     size_t bytes = 0;
-    if (heap_young(h))
-        return 0;           /* keeps nothing: heap_keep matures it */
-    for (unsigned cls = 0; cls < NUM_SMALL_CLASSES; cls++)
+    for (unsigned cls = 0; cls < NUM_SMALL_CLASSES && heap_may_keep(h); cls++)
         bytes += (size_t)(h->kept[cls].touched - h->kept[cls].used) * sizeclass_block_size[cls];
     return bytes;
 }
@@ -418,10 +416,7 @@ size_t heap_kept_bytes(const struct heap *h)
  * `used` at that sweep), then the thread's partial transfer buffers. */
 static void heap_send_home(struct heap *h, bool idle_only)
 {
-    /* A young heap keeps nothing (heap_keep matures it): its kept lists'
-     * page stays unread, which on a kernel that backs a read of untouched
-     * memory with a page of its own (this guest's) is 4 KiB a thread. */
-    for (unsigned cls = 0; cls < NUM_SMALL_CLASSES && !heap_young(h); cls++) {
+    for (unsigned cls = 0; cls < NUM_SMALL_CLASSES && heap_may_keep(h); cls++) {
         struct page *k = &h->kept[cls];
         bool idle = k->used == k->swept_used;
         /* Written only when it moved: a heap that never kept a block
@@ -763,7 +758,7 @@ static void *alloc_slow_locked(struct heap *h, unsigned cls, bool exact)
     struct page *pg = h->current[cls];
     /* The current page's list ran dry while the class's kept list gathered
      * blocks (heap_keep): those go out next, before the page carves. */
-    if (cls < NUM_SMALL_CLASSES && !heap_young(h) && h->kept[cls].free && pg != &h->kept[cls]) {
+    if (cls < NUM_SMALL_CLASSES && heap_may_keep(h) && h->kept[cls].free && pg != &h->kept[cls]) {
         heap_set_current(h, cls, &h->kept[cls]);
         return page_pop(&h->kept[cls]);
     }

@@ -110,6 +110,16 @@ static inline bool heap_young(const struct heap *h)
 }
 /* Ends h's young phase for good: every small class its own pages. */
 HIDDEN void heap_mature(struct heap *h);
+/* Whether h's kept lists may hold blocks: not while young, since
+ * heap_keep matures a heap before it keeps anything. What reads the lists
+ * asks first: they lie mostly on the heap's third OS page, which a heap
+ * that never keeps leaves untouched, and on a kernel that backs a read of
+ * untouched memory with a page of its own (this guest's) a read costs
+ * that page (4 KiB a thread). */
+static inline bool heap_may_keep(const struct heap *h)
+{
+    return !heap_young(h);
+}
 /* exact: the block must be of class cls itself, never a neighbour's lent
  * block (heap.c): an aligned request relies on its class's alignment. */
 HIDDEN void *heap_alloc_slow(struct heap *h, unsigned cls, bool exact);
