@@ -69,8 +69,10 @@ $(VG_STAMP):
 	@rm -f $(BUILD)/obj/valgrind-*
 	@touch $@
 
-$(LIB_SO): $(LIB_OBJ)
-	$(CC) -shared -pthread -Wl,-soname,libtally.so -o $@ $^
+# alloc/image.ld keeps the code and constants a plain run never uses in
+# segments of their own, off every process's pages.
+$(LIB_SO): $(LIB_OBJ) alloc/image.ld
+	$(CC) -shared -pthread -Wl,-soname,libtally.so -Wl,-T,alloc/image.ld -o $@ $(LIB_OBJ)
 
 $(LIB_A): $(LIB_OBJ)
 	rm -f $@
@@ -92,7 +94,8 @@ test-deps:
 TEST_PROGS := $(BUILD)/tests/prog_plain $(BUILD)/tests/prog_static $(BUILD)/tests/prog_cxx \
               $(BUILD)/tests/prog_overflow $(BUILD)/tests/prog_memcheck \
               $(BUILD)/tests/prog_atfork_first $(BUILD)/tests/prog_shrink_refused \
-              $(BUILD)/tests/prog_early_free $(BUILD)/tests/prog_calloc_fresh
+              $(BUILD)/tests/prog_early_free $(BUILD)/tests/prog_calloc_fresh \
+              $(BUILD)/tests/prog_image_pages
 
 $(TEST_BIN): $(TEST_SRC) $(TEST_MODULES) tests/helpers.h $(LIB_SO) $(LIB_TOOL) $(TEST_PROGS)
 	@mkdir -p $(dir $@)
@@ -111,6 +114,10 @@ $(BUILD)/tests/prog_static: tests/progs/uses_malloc.c $(LIB_A)
 $(BUILD)/tests/prog_calloc_fresh: tests/progs/calloc_fresh.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -o $@ $<
+
+$(BUILD)/tests/prog_image_pages: tests/progs/image_pages.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -o $@ $< -ldl
 
 $(BUILD)/tests/prog_overflow: tests/progs/overflow.c
 	@mkdir -p $(dir $@)

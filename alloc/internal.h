@@ -32,6 +32,13 @@
 #define NOINLINE    __attribute__((noinline))
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 #define COLD        __attribute__((cold, noinline))
+/* Where a function's code lies in libtally.so (alloc/image.ld says why):
+ * COLD_TEXT moves a function that a plain run never executes (a mode's,
+ * or one the program calls on purpose) out of a resident file's code into
+ * the cold segment; HOT_TEXT keeps one that every run or every fork()
+ * executes resident, though its file's code is cold. */
+#define COLD_TEXT   __attribute__((section(".tally_cold")))
+#define HOT_TEXT    __attribute__((section(".text.tally_hot")))
 #define TLS_IE      __attribute__((tls_model("initial-exec")))
 /* A large zeroed table that a small program never or barely touches (the
  * heap table, the large cache's slots, the span arenas, debug mode's leak

@@ -60,7 +60,7 @@ static uint32_t page_random(void)
 }
 
 /* Secure mode's block order: order[0..n) shuffled (Fisher-Yates). */
-static void shuffle(uint16_t *order, uint32_t n)
+static COLD_TEXT void shuffle(uint16_t *order, uint32_t n)
 {
     for (uint32_t i = n; i > 1; i--) {
         uint32_t j = page_random() % i;
@@ -230,8 +230,8 @@ static struct block *page_thread_run(struct page *pg, uint8_t *start, size_t bs,
 
 /* Secure mode: the run's blocks are handed out in random order, so an
  * overflow cannot count on which block lies next to which. */
-static NOINLINE struct block *page_extend_shuffled(struct page *pg, uint8_t *start, size_t bs,
-                                                   uint32_t base, uint32_t n)
+static COLD_TEXT NOINLINE struct block *page_extend_shuffled(struct page *pg, uint8_t *start,
+                                                             size_t bs, uint32_t base, uint32_t n)
 {
     uint16_t order[OS_PAGE / 16];
     for (uint32_t i = 0; i < n; i++)

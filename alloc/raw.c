@@ -323,7 +323,7 @@ void *raw_realloc(void *p, size_t size, const char *func)
 
 /* ---- debug blocks ---------------------------------------------------- */
 
-void *raw_alloc_debug(size_t size, size_t align, size_t front)
+COLD_TEXT void *raw_alloc_debug(size_t size, size_t align, size_t front)
 {
     if (align < MIN_ALIGN)
         align = MIN_ALIGN;
@@ -337,7 +337,7 @@ void *raw_alloc_debug(size_t size, size_t align, size_t front)
     return b ? b + front : NULL;
 }
 
-void *raw_debug_block_of(const void *p)
+COLD_TEXT void *raw_debug_block_of(const void *p)
 {
     if (segmap_tag_checked(p) != __atomic_load_n(&heap_debug_tag, __ATOMIC_RELAXED))
         return NULL;
@@ -358,7 +358,7 @@ bool raw_is_debug(const void *p)
     return tag == __atomic_load_n(&heap_debug_tag, __ATOMIC_RELAXED);
 }
 
-void raw_free_debug(void *p)
+COLD_TEXT void raw_free_debug(void *p)
 {
     if (segmap_tag_checked(p) >= TAG_LARGE_TAIL) {
         large_free(p, "free", 0);

@@ -65,9 +65,9 @@ static bool used;
  * and aborts on none; other threads' reports abort as `abort` says. */
 static __thread bool tls_checking TLS_IE;
 
-void debug_fork_prepare(void) { pthread_mutex_lock(&debug_lock); }
-void debug_fork_parent(void) { pthread_mutex_unlock(&debug_lock); }
-void debug_fork_child(void)
+HOT_TEXT void debug_fork_prepare(void) { pthread_mutex_lock(&debug_lock); }
+HOT_TEXT void debug_fork_parent(void) { pthread_mutex_unlock(&debug_lock); }
+HOT_TEXT void debug_fork_child(void)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     debug_lock = fresh;
@@ -75,7 +75,7 @@ void debug_fork_child(void)
 
 void debug_enable(void) { __atomic_store_n(&used, true, __ATOMIC_RELAXED); }
 
-bool debug_was_used(void) { return __atomic_load_n(&used, __ATOMIC_RELAXED); }
+HOT_TEXT bool debug_was_used(void) { return __atomic_load_n(&used, __ATOMIC_RELAXED); }
 
 size_t debug_live_blocks(void)
 {

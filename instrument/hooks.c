@@ -88,18 +88,18 @@ void hooks_fork_child(void)
     debug_fork_child();
 }
 
-static void *plain_alloc(size_t size, size_t align, enum hook_op op)
+static COLD_TEXT void *plain_alloc(size_t size, size_t align, enum hook_op op)
 {
     return op == HOOK_CALLOC ? raw_calloc(size) : raw_alloc(size, align);
 }
 
-static void free_any(void *p, const void *site)
+static COLD_TEXT void free_any(void *p, const void *site)
 {
     if (!raw_free_plain(p, "free"))
         debug_free(p, site);
 }
 
-static void *realloc_any(void *p, size_t size, const void *site)
+static COLD_TEXT void *realloc_any(void *p, size_t size, const void *site)
 {
     if (option(OPT_DEBUG) || raw_is_debug(p))
         return debug_realloc(p, size, site);
@@ -108,7 +108,7 @@ static void *realloc_any(void *p, size_t size, const void *site)
 
 /* Allocation proper for an outermost call: debug or plain, timed when
  * asked. (Nested calls, from a hook, backtrace or dladdr, go plain.) */
-static void *alloc_inner(size_t size, size_t align, enum hook_op op, const void *site)
+static COLD_TEXT void *alloc_inner(size_t size, size_t align, enum hook_op op, const void *site)
 {
     bool timing = option(OPT_TIMING);
     struct timing_mark m;
@@ -121,7 +121,7 @@ static void *alloc_inner(size_t size, size_t align, enum hook_op op, const void 
     return p;
 }
 
-static size_t usable(void *p)
+static COLD_TEXT size_t usable(void *p)
 {
     return raw_is_debug(p) ? debug_usable_size(p) : raw_usable_size(p, "malloc_usable_size");
 }
@@ -129,12 +129,12 @@ static size_t usable(void *p)
 /* The size a timed free is filed under, read before the free checks p:
  * a misuse must be reported by free itself ("free(): double free"), not
  * as a malloc_usable_size() the program never made. */
-static size_t free_size(void *p)
+static COLD_TEXT size_t free_size(void *p)
 {
     return raw_is_debug(p) ? debug_live_size(p) : raw_usable_size(p, "free");
 }
 
-void *hooks_alloc(size_t size, size_t align, enum hook_op op, const void *site)
+COLD_TEXT void *hooks_alloc(size_t size, size_t align, enum hook_op op, const void *site)
 {
     bool outer = !tls_in_hook, vg = vg_running();
     tls_in_hook = true;
@@ -153,7 +153,7 @@ void *hooks_alloc(size_t size, size_t align, enum hook_op op, const void *site)
     return p;
 }
 
-void hooks_free(void *p, const void *site)
+COLD_TEXT void hooks_free(void *p, const void *site)
 {
     bool outer = !tls_in_hook, vg = vg_running();
     tls_in_hook = true;
@@ -180,7 +180,7 @@ void hooks_free(void *p, const void *site)
 
 /* Under valgrind, realloc is always allocate-copy-free, so memcheck sees
  * each block's whole life. */
-static void *realloc_for_valgrind(void *p, size_t size, const void *site)
+static COLD_TEXT void *realloc_for_valgrind(void *p, size_t size, const void *site)
 {
     vg_quiet_begin();
     size_t old = usable(p);
@@ -197,7 +197,7 @@ static void *realloc_for_valgrind(void *p, size_t size, const void *site)
     return q;
 }
 
-void *hooks_realloc(void *p, size_t size, const void *site)
+COLD_TEXT void *hooks_realloc(void *p, size_t size, const void *site)
 {
     if (vg_running())
         return realloc_for_valgrind(p, size, site);
@@ -220,7 +220,7 @@ void *hooks_realloc(void *p, size_t size, const void *site)
     return q;
 }
 
-size_t hooks_usable_size(void *p)
+COLD_TEXT size_t hooks_usable_size(void *p)
 {
     if (!vg_running())
         return usable(p);

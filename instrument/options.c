@@ -81,7 +81,7 @@ HIDDEN char options_report[OPTION_STRING_MAX] = "stderr";
 
 static _Atomic int env_loaded;
 
-int options_find(const char *name, size_t len)
+COLD_TEXT int options_find(const char *name, size_t len)
 {
     for (int i = 0; i < OPT_COUNT; i++) {
         if (strlen(options_table[i].name) == len && memcmp(options_table[i].name, name, len) == 0)
@@ -91,7 +91,7 @@ int options_find(const char *name, size_t len)
 }
 
 /* Parses "123", "64k", "4m", "1g". Returns false on anything else. */
-static bool options_parse_number(const char *s, size_t len, uint64_t *out)
+static COLD_TEXT bool options_parse_number(const char *s, size_t len, uint64_t *out)
 {
     uint64_t v = 0;
     size_t i = 0;
@@ -122,7 +122,7 @@ static bool options_parse_number(const char *s, size_t len, uint64_t *out)
     return true;
 }
 
-int options_set(const char *name, size_t name_len, const char *value, size_t value_len)
+COLD_TEXT int options_set(const char *name, size_t name_len, const char *value, size_t value_len)
 {
     int id = options_find(name, name_len);
     if (id < 0)
@@ -142,7 +142,7 @@ int options_set(const char *name, size_t name_len, const char *value, size_t val
     return options_set_value((enum option_id)id, v);
 }
 
-int options_set_value(enum option_id id, uint64_t v)
+COLD_TEXT int options_set_value(enum option_id id, uint64_t v)
 {
     if (v < options_table[id].min || v > options_table[id].max)
         return -2;
@@ -154,7 +154,7 @@ int options_set_value(enum option_id id, uint64_t v)
     return 0;
 }
 
-static void options_warn(const char *what, const char *s, size_t len)
+static COLD_TEXT void options_warn(const char *what, const char *s, size_t len)
 {
     char item[128];
     size_t n = len < sizeof item - 1 ? len : sizeof item - 1;
@@ -163,7 +163,7 @@ static void options_warn(const char *what, const char *s, size_t len)
     diag_warn(what, item);
 }
 
-static void options_parse_list(const char *s)
+static COLD_TEXT void options_parse_list(const char *s)
 {
     while (*s) {
         const char *end = strchr(s, ',');

@@ -20,7 +20,7 @@
  * before the exit reports are printed. */
 static int saved_stderr = -1;
 
-void report_prepare(void)
+COLD_TEXT void report_prepare(void)
 {
     if (__atomic_load_n(&saved_stderr, __ATOMIC_RELAXED) >= 0)
         return;
@@ -31,7 +31,7 @@ void report_prepare(void)
         close(fd);
 }
 
-int report_open(void)
+COLD_TEXT int report_open(void)
 {
     char path[OPTION_STRING_MAX];
     memcpy(path, options_report, sizeof path);
@@ -44,7 +44,7 @@ int report_open(void)
     return fd >= 0 ? fd : STDERR_FILENO;
 }
 
-void report_close(int fd)
+COLD_TEXT void report_close(int fd)
 {
     if (fd != STDERR_FILENO && fd != __atomic_load_n(&saved_stderr, __ATOMIC_RELAXED))
         close(fd);
@@ -52,7 +52,7 @@ void report_close(int fd)
 
 /* "symbol+0xoff (object+0xoff)": the object offset is what addr2line -e
  * takes when the symbol is not exported. */
-void report_symbol(struct diag_buf *b, const void *addr)
+COLD_TEXT void report_symbol(struct diag_buf *b, const void *addr)
 {
     Dl_info info;
     if (!addr || !dladdr(addr, &info)) {
@@ -76,7 +76,7 @@ void report_symbol(struct diag_buf *b, const void *addr)
     }
 }
 
-void report_maybe_flush(struct diag_buf *b, int fd)
+COLD_TEXT void report_maybe_flush(struct diag_buf *b, int fd)
 {
     if (b->len > sizeof b->text - 160)
         diag_flush(b, fd);

@@ -107,13 +107,13 @@ void timing_enable(void)
     __atomic_store_n(&os_time_calls, true, __ATOMIC_RELAXED);
 }
 
-void timing_fork_prepare(void)
+HOT_TEXT void timing_fork_prepare(void)
 {
     pthread_mutex_lock(&calibrate_lock);
     pthread_mutex_lock(&table_lock);
 }
 
-void timing_fork_parent(void)
+HOT_TEXT void timing_fork_parent(void)
 {
     pthread_mutex_unlock(&table_lock);
     pthread_mutex_unlock(&calibrate_lock);
@@ -122,7 +122,7 @@ void timing_fork_parent(void)
 /* Tables of the parent's other threads stay theirs (on `threads`, not
  * spare): their counts still add up, and the child has no thread to
  * give them back. */
-void timing_fork_child(void)
+HOT_TEXT void timing_fork_child(void)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     calibrate_lock = fresh;

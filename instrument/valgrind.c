@@ -23,13 +23,13 @@ bool vg_running(void)
     return s;
 }
 
-void vg_alloc(void *p, size_t size, bool zeroed)
+COLD_TEXT void vg_alloc(void *p, size_t size, bool zeroed)
 {
     if (p)
         VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, zeroed);
 }
 
-void vg_free(void *p)
+COLD_TEXT void vg_free(void *p)
 {
     if (!p)
         return;
@@ -41,8 +41,8 @@ void vg_free(void *p)
     VALGRIND_MAKE_MEM_DEFINED(p, 2 * sizeof(uintptr_t));
 }
 
-void vg_quiet_begin(void) { VALGRIND_DISABLE_ERROR_REPORTING; }
-void vg_quiet_end(void) { VALGRIND_ENABLE_ERROR_REPORTING; }
+COLD_TEXT void vg_quiet_begin(void) { VALGRIND_DISABLE_ERROR_REPORTING; }
+COLD_TEXT void vg_quiet_end(void) { VALGRIND_ENABLE_ERROR_REPORTING; }
 
 #else
 

@@ -1,0 +1,40 @@
+/*
+ * test_image.c - what loading tally costs a process: the code and tables
+ * a plain run never uses lie in segments of their own (alloc/image.ld),
+ * and a plain run leaves those off its pages. The helper program
+ * (tests/progs/image_pages.c) allocates in every way a program does and
+ * counts the present pages of the library's segments.
+ */
+#include "helpers.h"
+#include <criterion/criterion.h>
+
+struct pages {
+    long cold, eh, text;
+};
+
+static struct pages image_pages(const char *how)
+{
+    char out[512], cmd[1024];
+    snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s ./prog_image_pages %s", tally_lib(), how);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    struct pages p;
+    cr_assert_eq(sscanf(out, "cold=%ld eh=%ld text=%ld", &p.cold, &p.eh, &p.text), 3, "%s", out);
+    return p;
+}
+
+Test(image, a_plain_run_leaves_the_cold_code_and_unwind_tables_off_its_pages)
+{
+    struct pages p = image_pages("");
+    cr_assert_gt(p.text, 0, "the resident code shows no page: the count is wrong");
+    cr_assert_eq(p.cold, 0, "a plain run touched %ld page(s) of the cold code: a function "
+                 "it runs is in a cold file or marked COLD_TEXT", p.cold);
+    cr_assert_eq(p.eh, 0, "a plain run touched %ld page(s) of the unwind tables' segment",
+                 p.eh);
+}
+
+/* The control: the same count sees the cold code once it has run. */
+Test(image, the_count_sees_the_cold_code_once_it_runs)
+{
+    struct pages p = image_pages("touch");
+    cr_assert_gt(p.cold, 0, "tally_stats_print ran, yet no page of the cold code is present");
+}
