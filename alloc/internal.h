@@ -36,7 +36,8 @@
  * COLD_TEXT moves a function that a plain run never executes (a mode's,
  * or one the program calls on purpose) out of a resident file's code into
  * the cold segment; HOT_TEXT keeps one that every run or every fork()
- * executes resident, though its file's code is cold. */
+ * executes with the resident code, though its file's code is cold or
+ * warm (span and large blocks). */
 #define COLD_TEXT   __attribute__((section(".tally_cold")))
 #define HOT_TEXT    __attribute__((section(".text.tally_hot")))
 #define TLS_IE      __attribute__((tls_model("initial-exec")))

@@ -319,7 +319,7 @@ static struct large_header *large_checked(const void *p, const char *func)
     return h;
 }
 
-bool large_expire(bool all)
+HOT_TEXT bool large_expire(bool all)
 {
     return large_cache_expire(all) | span_expire(all);
 }

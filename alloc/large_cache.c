@@ -50,7 +50,7 @@ void large_arming_request(struct large_arming *a)
         __atomic_store_n(&a->armed, true, __ATOMIC_RELAXED);
 }
 
-void large_arming_reset(struct large_arming *a)
+HOT_TEXT void large_arming_reset(struct large_arming *a)
 {
     __atomic_store_n(&a->armed, false, __ATOMIC_RELAXED);
     __atomic_store_n(&a->freed_one, false, __ATOMIC_RELAXED);
@@ -286,7 +286,7 @@ void large_cache_fit_live(void)
     unmap_ranges(evicted, n);
 }
 
-bool large_cache_expire(bool all)
+HOT_TEXT bool large_cache_expire(bool all)
 {
     if (!__atomic_load_n(&count, __ATOMIC_RELAXED)) {
         if (all)
@@ -316,9 +316,9 @@ size_t large_cache_bytes(void)
     return __atomic_load_n(&bytes, __ATOMIC_RELAXED);
 }
 
-void large_cache_fork_prepare(void) { pthread_mutex_lock(&cache_lock); }
-void large_cache_fork_parent(void) { pthread_mutex_unlock(&cache_lock); }
-void large_cache_fork_child(void)
+HOT_TEXT void large_cache_fork_prepare(void) { pthread_mutex_lock(&cache_lock); }
+HOT_TEXT void large_cache_fork_parent(void) { pthread_mutex_unlock(&cache_lock); }
+HOT_TEXT void large_cache_fork_child(void)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     cache_lock = fresh;

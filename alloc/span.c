@@ -140,7 +140,7 @@ static unsigned arena_bit(const struct span_arena *a)
 }
 
 /* Whether arenas[i] ever had a segment: nothing to look at when not. */
-static bool arena_used(unsigned i)
+static HOT_TEXT bool arena_used(unsigned i)
 {
     return __atomic_load_n(&arenas_used, __ATOMIC_RELAXED) >> i & 1;
 }
@@ -163,7 +163,7 @@ static pthread_mutex_t *arena_lock(const struct span_arena *a)
     return &arena_locks[a - arenas].m;
 }
 
-void span_arena_bind(unsigned tag)
+HOT_TEXT void span_arena_bind(unsigned tag)
 {
     tls_arena = &arenas[tag % SPAN_ARENAS];
 }
@@ -192,7 +192,7 @@ static void span_lock_take(struct span_arena *a)
     lock_take(arena_lock(a));
 }
 
-bool span_busy(void)
+HOT_TEXT bool span_busy(void)
 {
     return __atomic_load_n(&busy, __ATOMIC_RELAXED);
 }
@@ -339,7 +339,7 @@ static unsigned run_sum(const struct span_segment *s, unsigned u, unsigned k)
     return n;
 }
 
-bool span_open_for(size_t size)
+HOT_TEXT bool span_open_for(size_t size)
 {
     const struct gate *g = &gates[gate_bucket_of(size)];
     if (!__atomic_load_n(&g->noted, __ATOMIC_RELAXED))
@@ -841,7 +841,7 @@ static bool arena_expire(struct span_arena *a, bool all, uint64_t now)
     return purged || gone;
 }
 
-bool span_expire(bool all)
+HOT_TEXT bool span_expire(bool all)
 {
     uint64_t now = os_now_ms();
     if (span_busy() && now - __atomic_load_n(&waited_at, __ATOMIC_RELAXED) >= SPAN_BUSY_MS)
@@ -870,19 +870,19 @@ bool span_holds(void)
     return false;
 }
 
-void span_fork_prepare(void)
+HOT_TEXT void span_fork_prepare(void)
 {
     for (unsigned i = 0; i < SPAN_ARENAS; i++)
         pthread_mutex_lock(&arena_locks[i].m);
 }
 
-void span_fork_parent(void)
+HOT_TEXT void span_fork_parent(void)
 {
     for (unsigned i = SPAN_ARENAS; i-- > 0;)
         pthread_mutex_unlock(&arena_locks[i].m);
 }
 
-void span_fork_child(void)
+HOT_TEXT void span_fork_child(void)
 {
     pthread_mutex_t fresh = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
     for (unsigned i = 0; i < SPAN_ARENAS; i++)

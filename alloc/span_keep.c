@@ -12,7 +12,7 @@ _Static_assert((SPAN_KEEP_MAX >> SPAN_UNIT_SHIFT) <= SPAN_KEEP_UNITS + 1, "units
 
 static __thread struct span_keep *tls_keep TLS_IE;
 
-void span_keep_bind(struct span_keep *k) { tls_keep = k; }
+HOT_TEXT void span_keep_bind(struct span_keep *k) { tls_keep = k; }
 
 static void keep_give(uintptr_t v)
 {
@@ -55,7 +55,7 @@ void *span_keep_take(size_t bytes)
     return NULL;
 }
 
-void span_keep_sweep(struct span_keep *k, bool all)
+HOT_TEXT void span_keep_sweep(struct span_keep *k, bool all)
 {
     for (unsigned i = 0; i < SPAN_KEEP_RUNS; i++) {
         uintptr_t v = atomic_load_explicit(&k->run[i], memory_order_relaxed);

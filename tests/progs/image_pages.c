@@ -6,11 +6,14 @@
  * malloc_trim), then counts the present pages of each of the library's
  * loaded segments through /proc/self/pagemap.
  *
- * usage: prog_image_pages [touch]
+ * usage: prog_image_pages [small|touch]
+ *   small: blocks of up to 8 KiB only (no span or mmap-sized block)
  *   touch: also print the statistics (tally_stats_print, cold code)
  *
- * Prints one line: `cold=N eh=N text=N` (the segment of the cold code,
- * the one of the unwind tables, the resident code), or `error ...`.
+ * Prints one line: `cold=N warm=N eh=N text=N`: the present pages of the
+ * segment of the cold code, of the other code segments but the one of
+ * malloc (the warm code: span and large blocks), of the unwind tables',
+ * and of malloc's; or `error ...`.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -43,28 +46,30 @@ static void *frees_the_mains(void *arg)
     return NULL;
 }
 
-static void allocate_every_way(void)
+static void allocate_every_way(bool small)
 {
-    static const size_t sizes[] = { 1, 16, 100, 256, 1000, 4000, 9000, 50000, 200000,
-                                    600000, 3u << 20 };
+    static const size_t sizes[] = { 1, 16, 100, 256, 1000, 4000, 8000, 9000, 50000,
+                                    200000, 600000, 3u << 20 };
+    size_t kinds = small ? 7 : sizeof sizes / sizeof sizes[0];
     for (int round = 0; round < 50; round++) {
         void *p[sizeof sizes / sizeof sizes[0]];
-        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        for (size_t i = 0; i < kinds; i++) {
             p[i] = malloc(sizes[i]);
             memset(p[i], 1, sizes[i]);
         }
-        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        for (size_t i = 0; i < kinds; i++)
             free(p[i]);
     }
     char *g = NULL;
-    for (size_t n = 1; n <= 64; n++) {        /* to 64 MiB: mremap */
-        g = realloc(g, n << 20);
-        g[(n << 20) - 1] = 1;
+    size_t step = small ? 512 : 1u << 20, steps = small ? 16 : 64;
+    for (size_t n = 1; n <= steps; n++) {     /* to 64 MiB: mremap */
+        g = realloc(g, n * step);
+        g[n * step - 1] = 1;
     }
     free(g);
-    free(calloc(1000, 40));
+    free(calloc(100, 40));
     void *a = NULL;
-    if (posix_memalign(&a, 4096, 5000) == 0)
+    if (posix_memalign(&a, small ? 256 : 4096, small ? 3000 : 5000) == 0)
         free(a);
     free(aligned_alloc(64, 640));
     void *u = malloc(300);
@@ -104,8 +109,8 @@ static long present(int pagemap, uintptr_t start, uintptr_t end)
 
 struct look {
     uintptr_t cold_fn;                  /* an address in the cold code */
-    uintptr_t in_text;                  /* an address in the resident code */
-    long cold, eh, text;
+    uintptr_t in_text;                  /* an address in malloc's code */
+    long cold, warm, eh, text;
     int pagemap, found;
 };
 
@@ -133,10 +138,12 @@ static int segment_pages(struct dl_phdr_info *info, size_t size, void *arg)
         long n = present(l->pagemap, s, e);
         if (l->cold_fn >= s && l->cold_fn < e)
             l->cold = n;
+        else if (l->in_text >= s && l->in_text < e)
+            l->text = n;
+        else if (ph->p_flags & PF_X)
+            l->warm += n;
         if (eh >= s && eh < e)
             l->eh = n;
-        if (l->in_text >= s && l->in_text < e)
-            l->text = n;
     }
     l->found = 1;
     return 1;
@@ -144,20 +151,21 @@ static int segment_pages(struct dl_phdr_info *info, size_t size, void *arg)
 
 int main(int argc, char **argv)
 {
-    allocate_every_way();
+    const char *how = argc > 1 ? argv[1] : "";
+    allocate_every_way(strcmp(how, "small") == 0);
     void *stats_print = dlsym(RTLD_DEFAULT, "tally_stats_print");
     if (!stats_print) {
         printf("error: tally is not loaded\n");
         return 1;
     }
-    if (argc > 1 && strcmp(argv[1], "touch") == 0) {
+    if (strcmp(how, "touch") == 0) {
         int null = open("/dev/null", O_WRONLY);
         ((int (*)(int, int))stats_print)(null, 0);
         close(null);
     }
     struct look l = { .cold_fn = (uintptr_t)stats_print,
                       .in_text = (uintptr_t)dlsym(RTLD_DEFAULT, "malloc"),
-                      .cold = -1, .eh = -1, .text = -1 };
+                      .cold = -1, .warm = 0, .eh = -1, .text = -1 };
     l.pagemap = open("/proc/self/pagemap", O_RDONLY);
     if (l.pagemap < 0) {
         printf("error: no pagemap\n");
@@ -168,6 +176,6 @@ int main(int argc, char **argv)
         printf("error: libtally.so's segments not found\n");
         return 1;
     }
-    printf("cold=%ld eh=%ld text=%ld\n", l.cold, l.eh, l.text);
+    printf("cold=%ld warm=%ld eh=%ld text=%ld\n", l.cold, l.warm, l.eh, l.text);
     return 0;
 }
