@@ -41,17 +41,35 @@ static unsigned kind_of_class(unsigned cls) { return cls < NUM_SMALL_CLASSES ? 0
 
 /* A medium class above SPAN_MIN serves requests only while their span
  * gate is shut (span.h): blocks that were freed mostly unwritten. Such a
- * class takes no memory another class or kind wrote (a retired page of
- * another class, an emptied small segment): under its blocks that memory
- * would stay resident for nothing, where a purged page faults in only
- * what they write. With 1 MiB medium pages, taken over from class to
- * class more often than whole segments were, mstress (objects written at
- * their ends only) peaked at 13,300 KiB at one thread and 18,300 at two,
- * against 11,630 and 17,180 with pages of a whole segment; 11,980 and
- * 16,660 this way (/usr/bin/time, medians of 5 runs). */
+ * class gives back what another class wrote in a retired page it takes
+ * over (heap_take_written): under its blocks that memory would stay
+ * resident for nothing, where a purged page faults in only what they
+ * write. With 1 MiB medium pages, taken over from class to class more
+ * often than whole segments were, mstress (objects written at their ends
+ * only) peaked at 13,300 KiB at one thread and 18,300 at two, against
+ * 11,630 and 17,180 with pages of a whole segment (/usr/bin/time, medians
+ * of 5 runs). Passing retired pages by for fresh ones took it to 11,732
+ * and 16,684 (the suite's measure, 11 runs); taking them over and giving
+ * back what they held, to 11,296 and 15,860: passed by, they stayed
+ * retired, and written, until the sweep. An emptied small segment it
+ * still passes by (heap_fresh_page). */
 static bool class_writes_sparsely(unsigned cls)
 {
     return sizeclass_block_size[cls] > SPAN_MIN;
+}
+
+/* pg, a page another class or kind wrote (`touched` says how far), set up
+ * for cls; a class that writes sparsely gives that back first. The
+ * purge lands at once: the page is handed out next. */
+static void heap_take_written(struct segment *s, struct page *pg, unsigned cls)
+{
+    if (class_writes_sparsely(cls) && pg->touched) {
+        os_purge((uint8_t *)s + segment_area_start((enum segment_kind)s->kind, pg->index),
+                 align_up(pg->touched, OS_PAGE));
+        os_purge_flush();
+        pg->touched = 0;
+    }
+    page_init(s, pg, cls);
 }
 
 /* Medium pages go back this many times sooner than small ones (see
@@ -518,7 +536,8 @@ static void heap_page_set_up(struct heap *h)
 }
 
 /* The class's last retired page, else the newest retired page of its
- * kind (not for a class that writes sparsely: above), else NULL. A page
+ * kind (what its old class wrote given back to a class that writes
+ * sparsely: above), else NULL. A page
  * that changes class keeps what the old class touched until the sweep
  * trims it, so the same class matters: looking only 8 pages back along
  * the retired list (there are 56 small and 48 medium classes) took
@@ -532,10 +551,10 @@ static struct page *heap_retired_page(struct heap *h, unsigned cls)
         heap_unretire(h, pg);
         return pg;
     }
-    if (!class_writes_sparsely(cls) && (pg = h->retired[kind_of_class(cls)].last)) {
+    if ((pg = h->retired[kind_of_class(cls)].last)) {
         heap_unretire(h, pg);
         heap_page_set_up(h);
-        page_init(segment_of(pg), pg, cls);
+        heap_take_written(segment_of(pg), pg, cls);
     }
     return pg;
 }
@@ -718,7 +737,7 @@ static struct page *heap_rekind_to_medium(struct heap *h, unsigned cls)
     heap_retire_written(h, s, end, cls, os_now_ms(), false);
     struct page *pg = segment_take_page_at(s, 0);
     page_note_written(s, pg, end);
-    page_init(s, pg, cls);
+    heap_take_written(s, pg, cls);
     return pg;
 }
 
@@ -726,7 +745,11 @@ static struct page *heap_rekind_to_medium(struct heap *h, unsigned cls)
  * first the pages of a small segment the heap emptied (above); then a
  * free page of one of h's segments of the class's kind, else a page of a
  * new segment. (A small class finds a medium segment's pages retired:
- * alloc_slow_locked asks heap_rekind_to_small first.) */
+ * alloc_slow_locked asks heap_rekind_to_small first.) A class that writes
+ * sparsely would give back the segment's written pages, which the next
+ * small phase finds warm otherwise: blocks of 100,000 B allocated and
+ * freed between two phases cost the second 1,441 page faults
+ * (test_purge.c, swap_kinds). */
 static struct page *heap_fresh_page(struct heap *h, unsigned cls)
 {
     enum segment_kind kind = kind_of_class(cls) ? SEG_MEDIUM : SEG_SMALL;
