@@ -115,9 +115,9 @@ $(BUILD)/tests/prog_calloc_fresh: tests/progs/calloc_fresh.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -o $@ $<
 
-$(BUILD)/tests/prog_image_pages: tests/progs/image_pages.c
+$(BUILD)/tests/prog_image_pages: tests/progs/image_pages.c include/tally.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_COMMON) -o $@ $< -ldl
+	$(CC) $(CFLAGS_COMMON) -Iinclude -o $@ $< -ldl
 
 $(BUILD)/tests/prog_overflow: tests/progs/overflow.c
 	@mkdir -p $(dir $@)

@@ -12,6 +12,7 @@
 
 struct pages {
     long cold, warm, eh, text;
+    unsigned long long large;   /* span and large blocks live or cached */
 };
 
 static struct pages image_pages(const char *how)
@@ -20,8 +21,8 @@ static struct pages image_pages(const char *how)
     snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s ./prog_image_pages %s", tally_lib(), how);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
     struct pages p;
-    cr_assert_eq(sscanf(out, "cold=%ld warm=%ld eh=%ld text=%ld", &p.cold, &p.warm, &p.eh,
-                        &p.text), 4, "%s", out);
+    cr_assert_eq(sscanf(out, "cold=%ld warm=%ld eh=%ld text=%ld large=%llu", &p.cold, &p.warm,
+                        &p.eh, &p.text, &p.large), 5, "%s", out);
     return p;
 }
 
@@ -39,6 +40,10 @@ Test(image, a_plain_run_leaves_the_cold_code_and_unwind_tables_off_its_pages)
 Test(image, small_blocks_only_leave_the_code_of_span_and_large_blocks_off_their_pages)
 {
     struct pages p = image_pages("small");
+    /* UBSan's runtime, in the library of `make test-ubsan`, makes an
+     * 80 KiB block of its own at start-up: no program of small blocks. */
+    if (p.large)
+        cr_skip_test("something else in the process made span or large blocks");
     cr_assert_gt(p.text, 0, "the resident code shows no page: the count is wrong");
     cr_assert_eq(p.warm, 0, "a program of small blocks touched %ld page(s) of the span and "
                  "large blocks' code: a function it runs there needs HOT_TEXT", p.warm);

@@ -10,10 +10,13 @@
  *   small: blocks of up to 8 KiB only (no span or mmap-sized block)
  *   touch: also print the statistics (tally_stats_print, cold code)
  *
- * Prints one line: `cold=N warm=N eh=N text=N`: the present pages of the
- * segment of the cold code, of the other code segments but the one of
- * malloc (the warm code: span and large blocks), of the unwind tables',
- * and of malloc's; or `error ...`.
+ * Prints one line: `cold=N warm=N eh=N text=N large=N`: the present pages
+ * of the segment of the cold code, of the other code segments but the one
+ * of malloc (the warm code: span and large blocks), of the unwind
+ * tables', and of malloc's; then, read after the count (the statistics
+ * are cold code), the span and large blocks live or cached, which
+ * something else in the process may have made (a sanitizer's runtime);
+ * or `error ...`.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -28,6 +31,8 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "tally.h"
 
 #define PAGE 4096u
 
@@ -176,6 +181,14 @@ int main(int argc, char **argv)
         printf("error: libtally.so's segments not found\n");
         return 1;
     }
-    printf("cold=%ld warm=%ld eh=%ld text=%ld\n", l.cold, l.warm, l.eh, l.text);
+    struct tally_stats st = { .size = sizeof st };
+    int (*stats_get)(struct tally_stats *) =
+        (int (*)(struct tally_stats *))dlsym(RTLD_DEFAULT, "tally_stats_get");
+    if (!stats_get || stats_get(&st) != 0) {
+        printf("error: no statistics\n");
+        return 1;
+    }
+    printf("cold=%ld warm=%ld eh=%ld text=%ld large=%llu\n", l.cold, l.warm, l.eh, l.text,
+           (unsigned long long)(st.large_count + (st.cached_bytes != 0)));
     return 0;
 }
