@@ -49,7 +49,8 @@ NOALIGN := -fno-align-functions -fno-align-jumps -fno-align-loops -fno-align-lab
 # 1 KiB more to spare before the text's next page, with debug and timing
 # modes' asterisk loops ties (7 alternating runs). Not the slow paths, nor
 # init.c's option reads that they call: under -Os the span and page
-# set-up code cost the kept-and-touched latencies 17-38%.
+# set-up code cost the kept-and-touched latencies 17-38%. (Where code
+# lies in the image, resident or not, is alloc/image.ld's list.)
 COLD_SRC := instrument/options.c instrument/report.c instrument/stats.c instrument/api.c \
             instrument/valgrind.c instrument/debug.c alloc/diag.c \
             alloc/usage.c alloc/background.c alloc/heap_life.c instrument/timing.c instrument/hooks.c

@@ -58,9 +58,10 @@ static bool class_writes_sparsely(unsigned cls)
     return sizeclass_block_size[cls] > SPAN_MIN;
 }
 
-/* pg, a page another class or kind wrote (`touched` says how far), set up
- * for cls; a class that writes sparsely gives that back first. The
- * purge lands at once: the page is handed out next. */
+/* pg, a retired page another class wrote (`touched` says how far), set
+ * up for cls; a class that writes sparsely gives that back first, before
+ * page_init, which then sees a page that nothing wrote. The purge lands
+ * at once: the page is handed out next. */
 static void heap_take_written(struct segment *s, struct page *pg, unsigned cls)
 {
     if (class_writes_sparsely(cls) && pg->touched) {
@@ -423,8 +424,10 @@ void heap_tidy(struct heap *h, uint64_t now, uint64_t delay)
 
 size_t heap_kept_bytes(const struct heap *h)
 {
+    if (!heap_may_keep(h))
+        return 0;
     size_t bytes = 0;
-    for (unsigned cls = 0; cls < NUM_SMALL_CLASSES && heap_may_keep(h); cls++)
+    for (unsigned cls = 0; cls < NUM_SMALL_CLASSES; cls++)
         bytes += (size_t)(h->kept[cls].touched - h->kept[cls].used) * sizeclass_block_size[cls];
     return bytes;
 }
@@ -737,7 +740,7 @@ static struct page *heap_rekind_to_medium(struct heap *h, unsigned cls)
     heap_retire_written(h, s, end, cls, os_now_ms(), false);
     struct page *pg = segment_take_page_at(s, 0);
     page_note_written(s, pg, end);
-    heap_take_written(s, pg, cls);
+    page_init(s, pg, cls);      /* never a sparse class's (heap_fresh_page) */
     return pg;
 }
 

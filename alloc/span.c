@@ -140,7 +140,7 @@ static unsigned arena_bit(const struct span_arena *a)
 }
 
 /* Whether arenas[i] ever had a segment: nothing to look at when not. */
-static HOT_TEXT bool arena_used(unsigned i)
+static bool arena_used(unsigned i)
 {
     return __atomic_load_n(&arenas_used, __ATOMIC_RELAXED) >> i & 1;
 }
