@@ -477,7 +477,7 @@ Test(purge, a_class_with_no_room_fills_a_neighbours_holes_before_a_fresh_page)
  * two pages and start a third; the first page's blocks are freed, then as
  * many are asked for again. Counts how many were freed and how many of
  * the new ones land back in the first page. */
-enum { REUSE_BLOCKS = 600, REUSE_SIZE = 256 };
+enum { REUSE_BLOCKS = 600, REUSE_SIZE = 256, SMALL_RUN_TEST = PAGE_SIZE / 4 };
 struct reuse { int freed, back; };
 
 static void *refill_an_older_page(void *arg)
@@ -512,19 +512,19 @@ static void *refill_an_older_page(void *arg)
 }
 
 /* Blocks freed in an older page of a class go out again before the page
- * being carved carves more than a run (page.c, SMALL_RUN_BLOCKS: 16
- * blocks of 256 B): a FIFO-like program (a queue of messages) otherwise
- * carves every page of its classes whole while the older pages fill with
- * holes, up to a page of resident slack per class. Before, 88 of the
- * first page's 256 blocks came back: the third page carved the rest of
- * its area first. */
+ * being carved carves another run (page.c, SMALL_RUN: 16 KiB, 64 blocks
+ * of 256 B): a FIFO-like program (a queue of messages) otherwise carves
+ * every page of its classes whole while the older pages fill with holes,
+ * up to a page of resident slack per class. Before, 88 of the first
+ * page's 256 blocks came back: the third page carved the rest of its
+ * area first. */
 Test(purge, freed_blocks_of_an_older_page_go_out_before_the_current_page_carves_on)
 {
     struct reuse r = { 0 };
     run_in_thread(refill_an_older_page, &r);
     cr_assert_gt(r.freed, 200, "the first page held %d blocks", r.freed);
-    cr_assert_geq(r.back, r.freed - 2 * 16, "%d of the first page's %d freed blocks were used again",
-                  r.back, r.freed);
+    cr_assert_geq(r.back, r.freed - (int)(SMALL_RUN_TEST / REUSE_SIZE),
+                  "%d of the first page's %d freed blocks were used again", r.back, r.freed);
 }
 
 /* In a thread of its own: 1,000 blocks of 192 B, all but every tenth
