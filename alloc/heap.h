@@ -209,41 +209,6 @@ static inline bool heap_no_remote(struct heap *h)
     return (bufs | chain) == 0;
 }
 
-/* Whether another page of pg's class, among the first four of its queue
- * (where the slow path looks), has blocks on its free list, when pg has
- * no run open. Those go out before pg carves its next run: else a page
- * carves its whole area while frees pile up in the older ones (a queue of
- * messages, freed in the order it was allocated), and every class holds
- * up to a page of resident slack (the single-thread FIFO probe in
- * docs/benchmarks.md: 11.6 -> 11.3 MiB of peak; glibc 10.8). */
-static inline bool heap_class_has_reuse(const struct heap *h, const struct page *pg)
-{
-    if (page_has_fresh(pg))
-        return false;
-    int looked = 0;
-    for (const struct page *q = h->queue[pg->cls].first; q && looked < 4; q = q->next, looked++)
-        if (q != pg && q->free)
-            return true;
-    return false;
-}
-
-/* The first step of the slow path: a page still being carved carves its
- * next run (page.c), without the sweep, the clock or the drain. NULL when
- * that does not apply (page_empty and kept lists have capacity 0), and
- * when other threads' frees wait in h's stack or another page of the
- * class has free blocks: blocks that came back go out before fresh memory
- * is touched.
- * Precondition: pg is a current page (its list is checked: a mode switched
- * off by another thread between malloc's two reads of the limit can send a
- * page with free blocks here). */
-static inline void *heap_carve_current(struct heap *h, struct page *pg)
-{
-    if (page_can_carve(pg) && pg->free == NULL &&
-        heap_no_remote(h) && !heap_class_has_reuse(h, pg))
-        return page_extend(pg);
-    return NULL;
-}
-
 /* Allocates from h's current page for cls (its pair's, while h is young
  * and the request not exact), else takes the slow path. */
 static inline void *heap_alloc(struct heap *h, unsigned cls, bool exact)

@@ -68,24 +68,21 @@ static ALWAYS_INLINE void *alloc_entry(size_t size, size_t align, enum hook_op o
 
 static NOINLINE void *malloc_slow(size_t size, const void *site)
 {
-    /* The fast path found nothing to take: a page carved an OS page at a
-     * time (one taken over from another class) needs its next run, which
-     * needs neither the class lookup nor the layers below (a 4 KiB block
-     * there is one such call each). */
+    /* The fast path found nothing to take: straight to the heap's slow
+     * path when the thread has a heap, where raw_alloc would go (the mmap
+     * threshold is never below SMALL_MAX: init.h). The layers between
+     * cost some 140 instructions a call: rssfoot, where one malloc in
+     * seven comes here (its class's page out of free blocks at 94%
+     * occupancy), ran 3.2% fewer instructions in all. A page's next run
+     * is carved there too, under the heap's lock: whether another page
+     * of the class has free blocks first is a look at the class's queue,
+     * which another thread's malloc_trim may change meanwhile (heap.c,
+     * heap_carve_current). A failure goes the general way, which frees
+     * cached memory and tries again. */
     if (likely(size < __atomic_load_n(&malloc_fast_limit, __ATOMIC_RELAXED))) {
         struct heap *h = tls_heap;
-        void *p = heap_carve_current(h, h->direct[(size + 15) >> 4]);
-        if (p)
-            return p;
-        /* Else the class's page ran dry: straight to the heap's slow path
-         * when the thread has a heap, where raw_alloc would go (the mmap
-         * threshold is never below SMALL_MAX: init.h). The layers between
-         * cost some 140 instructions a call: rssfoot, where one malloc in
-         * seven comes here (its class's page out of free blocks at 94%
-         * occupancy), ran 3.2% fewer instructions in all. A failure goes
-         * the general way, which frees cached memory and tries again. */
         if (h != &heap_empty) {
-            p = heap_alloc(h, sizeclass_of(size), false);
+            void *p = heap_alloc(h, sizeclass_of(size), false);
             if (likely(p != NULL)) {
                 background_resume();
                 return p;

@@ -249,7 +249,7 @@ static COLD_TEXT NOINLINE struct block *page_extend_shuffled(struct page *pg, ui
  * fresh run: 64 KiB of a medium page, and of a small page SMALL_RUN bytes
  * or 16 blocks, whichever is more (a 4 KiB class's run is its whole
  * page). A small page's runs are a quarter of it so that the slow path
- * looks at the class's other pages between two runs (heap.h,
+ * looks at the class's other pages between two runs (heap.c,
  * heap_class_has_reuse): with a run of the rest of the page, a page was
  * carved whole while frees piled up in the older ones. Runs of 4 KiB did
  * no better than 16 (a FIFO of 32,768 blocks of 17-512 B: 11.3 MiB of
