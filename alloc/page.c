@@ -255,7 +255,7 @@ static COLD_TEXT NOINLINE struct block *page_extend_shuffled(struct page *pg, ui
  * no better than 16 (a FIFO of 32,768 blocks of 17-512 B: 11.3 MiB of
  * peak either way, 11.6 with whole pages) and cost 142 instructions a
  * run: carving 256 B blocks took 47 instructions a malloc against 38
- * (41 with 16 KiB).
+ * (40 with 16 KiB).
  * Threaded runs of one OS page sent every fresh 4 KiB malloc to the slow
  * path (116 instructions, now 66; latency-touch median 19-26 ns at 1 KiB,
  * now 11-12); runs of 16 KiB took 85 instructions a fresh 4 KiB block.
