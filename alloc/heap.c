@@ -779,22 +779,17 @@ static struct page *heap_fresh_page(struct heap *h, unsigned cls)
     return pg;
 }
 
-/* Whether another page of pg's class, among the first four of its queue
- * (where the slow path looks), has blocks on its free list, when pg has
- * no run open. Those go out before pg carves its next run: else a page
- * carves its whole area while frees pile up in the older ones (a queue of
- * messages, freed in the order it was allocated), and every class holds
- * up to a page of resident slack (the single-thread FIFO probe in
- * docs/benchmarks.md: 11.6 -> 11.3 MiB of peak; glibc 10.8). */
-static bool heap_class_has_reuse(const struct heap *h, const struct page *pg)
+/* A page of cls's queue other than pg, among the first four (a class with
+ * many pages looks no further), that has blocks on its free list; NULL
+ * when none has. */
+static struct page *heap_queued_with_free(const struct heap *h, unsigned cls,
+                                          const struct page *pg)
 {
-    if (page_has_fresh(pg))
-        return false;
     int looked = 0;
-    for (const struct page *q = h->queue[pg->cls].first; q && looked < 4; q = q->next, looked++)
+    for (struct page *q = h->queue[cls].first; q && looked < 4; q = q->next, looked++)
         if (q != pg && q->free)
-            return true;
-    return false;
+            return q;
+    return NULL;
 }
 
 /* The first step of the slow path, with h's lock held: a page still
@@ -810,10 +805,17 @@ static bool heap_class_has_reuse(const struct heap *h, const struct page *pg)
  * page with free blocks here). */
 static void *heap_carve_current(struct heap *h, struct page *pg)
 {
-    if (page_can_carve(pg) && pg->free == NULL &&
-        heap_no_remote(h) && !heap_class_has_reuse(h, pg))
-        return page_extend(pg);
-    return NULL;
+    if (!page_can_carve(pg) || pg->free != NULL || !heap_no_remote(h))
+        return NULL;
+    /* Between two runs, blocks freed into the class's older pages go out
+     * first: else a page carves its whole area while frees pile up in
+     * the older ones (a queue of messages, freed in the order it was
+     * allocated), and every class holds up to a page of resident slack
+     * (a FIFO probe, docs/benchmarks.md: 11.6 -> 11.3 MiB of peak; glibc
+     * 10.8). The slow path below takes them. */
+    if (!page_has_fresh(pg) && heap_queued_with_free(h, pg->cls, pg))
+        return NULL;
+    return page_extend(pg);
 }
 
 static void *alloc_slow_locked(struct heap *h, unsigned cls, bool exact)
@@ -846,12 +848,10 @@ static void *alloc_slow_locked(struct heap *h, unsigned cls, bool exact)
         }
     }
     /* Blocks that came back (the drain above) before fresh memory. */
-    int looked = 0;
-    for (struct page *q = h->queue[cls].first; q && looked < 4; q = q->next, looked++) {
-        if (q != pg && q->free) {
-            heap_set_current(h, cls, q);
-            return page_pop(q);
-        }
+    struct page *q = heap_queued_with_free(h, cls, pg);
+    if (q) {
+        heap_set_current(h, cls, q);
+        return page_pop(q);
     }
     if (pg != &page_empty)
         return page_pop(pg);

@@ -247,10 +247,10 @@ static COLD_TEXT NOINLINE struct block *page_extend_shuffled(struct page *pg, ui
  * caller has written it. Otherwise a run is the blocks that start within
  * the next FRESH_RUN bytes (at least one), handed out untouched from the
  * fresh run: 64 KiB of a medium page, and of a small page SMALL_RUN bytes
- * or 16 blocks, whichever is more (a 4 KiB class's run is its whole
+ * or SMALL_RUN_BLOCKS, whichever is more (a 4 KiB class's run is its whole
  * page). A small page's runs are a quarter of it so that the slow path
  * looks at the class's other pages between two runs (heap.c,
- * heap_class_has_reuse): with a run of the rest of the page, a page was
+ * heap_carve_current): with a run of the rest of the page, a page was
  * carved whole while frees piled up in the older ones. Runs of 4 KiB did
  * no better than 16 (a FIFO of 32,768 blocks of 17-512 B: 11.3 MiB of
  * peak either way, 11.6 with whole pages) and cost 142 instructions a
@@ -264,6 +264,7 @@ static COLD_TEXT NOINLINE struct block *page_extend_shuffled(struct page *pg, ui
  * already on the free list always did. */
 #define FRESH_RUN PAGE_SIZE
 #define SMALL_RUN ((uint32_t)PAGE_SIZE / 4)
+#define SMALL_RUN_BLOCKS 16u
 
 static uint32_t page_run_length(const struct page *pg, uint32_t bs, uint32_t base, bool secure)
 {
@@ -282,7 +283,7 @@ static uint32_t page_run_length(const struct page *pg, uint32_t bs, uint32_t bas
     } else if (pg->flags & PAGE_MEDIUM) {
         end = base * bs + FRESH_RUN;
     } else {
-        uint32_t run = 16 * bs;
+        uint32_t run = SMALL_RUN_BLOCKS * bs;
         end = base * bs + (run > SMALL_RUN ? run : SMALL_RUN);
     }
     if (end > (uint32_t)pg->capacity * bs)
