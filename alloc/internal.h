@@ -35,10 +35,12 @@
 /* Where a function's code lies in libtally.so (alloc/image.ld says why):
  * COLD_TEXT moves a function that a plain run never executes (a mode's,
  * or one the program calls on purpose) out of a resident file's code into
- * the cold segment; HOT_TEXT keeps one that every run or every fork()
+ * the cold segment; WARM_TEXT one that only span and large blocks run
+ * into theirs; HOT_TEXT keeps one that every run or every fork()
  * executes with the resident code, though its file's code is cold or
  * warm (span and large blocks). */
 #define COLD_TEXT   __attribute__((section(".tally_cold")))
+#define WARM_TEXT   __attribute__((section(".tally_warm_fn")))
 #define HOT_TEXT    __attribute__((section(".text.tally_hot")))
 #define TLS_IE      __attribute__((tls_model("initial-exec")))
 /* A large zeroed table that a small program never or barely touches (the

@@ -106,6 +106,15 @@ HIDDEN uint64_t os_now_ns(void);
  * spurious wake-up returns early: callers loop. */
 HIDDEN void os_wait_ms(_Atomic uint32_t *word, uint32_t seen, uint64_t ms);
 HIDDEN void os_wake(_Atomic uint32_t *word);
+/* Clears [p, p + size), memory the caller owns in a private anonymous
+ * mapping of tally's, for calloc: only its pages written since they were
+ * mapped or purged (those /proc/self/pagemap calls present or swapped; the
+ * rest read as zero already), so a reused block clears what its last
+ * owners wrote, not pages nobody touched. A plain memset when size is
+ * under OS_ZERO_PROBE_MIN (the three calls cost more than the clearing),
+ * under valgrind, or when pagemap cannot be read. */
+#define OS_ZERO_PROBE_MIN ((size_t)256 << 10)
+HIDDEN void os_zero_written(void *p, size_t size);
 /* Bytes of [p, p + size) resident in RAM (mincore): statistics, and the
  * span gate's measure (span.c). */
 HIDDEN size_t os_resident(void *p, size_t size);
