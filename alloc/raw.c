@@ -281,7 +281,11 @@ size_t raw_usable_own(void *p, const char *func)
 
 void *raw_alloc_grown(size_t size, size_t usable)
 {
-    if (size <= usable)
+    /* A small size is never a large block (the threshold is SMALL_MAX at
+     * least, init.h), and is no growth of one of RAW_GROWN_LARGE: no call
+     * to ask the span gates (a realloc among small sizes spent 20 of its
+     * 270 instructions there). */
+    if (size <= usable || size <= SMALL_MAX)
         return NULL;
     if (size > init_large_from(size) || (usable >= RAW_GROWN_LARGE && size <= init_mmap_threshold()))
         return large_alloc(size, MIN_ALIGN, 0, LARGE_GROWN);
