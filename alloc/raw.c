@@ -10,6 +10,7 @@
 #include "span.h"
 #include "init.h"
 #include "diag.h"
+#include "os.h"
 
 #include <string.h>
 
@@ -65,8 +66,12 @@ void *raw_calloc(size_t size)
     /* So is a block carved from memory nothing wrote (page.h). */
     page_zero_block = NULL;
     void *p = alloc_in_class(sizeclass_of(size), false);
-    if (p && p != page_zero_block)
-        memset(p, 0, size);
+    if (p && p != page_zero_block) {
+        if (size >= OS_ZERO_PROBE_MIN)
+            os_zero_written(p, size);     /* its written pages only (os.h) */
+        else
+            memset(p, 0, size);
+    }
     return p;
 }
 

@@ -671,19 +671,27 @@ static void slot_give(struct span_segment *s, unsigned u)
     unitmap_clear(&s->slots, s->slot_of[u], 1);
 }
 
-/* Clears [from, to) of the run at u, where its units were dirty. */
+/* Clears [from, to) of the run at u, where its units were dirty: a
+ * stretch of dirty units at a time, through os_zero_written. A unit is
+ * dirty once handed out, written or not: a calloc'd buffer its program
+ * never wrote left its units dirty, and clearing them whole faulted in
+ * pages nobody had touched. */
 static void units_clear(struct span_segment *s, unsigned u, const struct unitmap *dirty,
                         size_t from, size_t to)
 {
     char *run = unit_addr(s, u);
-    for (unsigned d = u; from < to && (d = unitmap_find(dirty, d, true)) < SPAN_UNITS; d++) {
-        size_t lo = (size_t)(d - u) << SPAN_UNIT_SHIFT, hi = lo + SPAN_UNIT;
+    for (unsigned d = u; from < to && (d = unitmap_find(dirty, d, true)) < SPAN_UNITS;) {
+        unsigned e = unitmap_find(dirty, d, false);
+        size_t lo = (size_t)(d - u) << SPAN_UNIT_SHIFT, hi = (size_t)(e - u) << SPAN_UNIT_SHIFT;
         lo = lo > from ? lo : from;
         hi = hi < to ? hi : to;
         if (lo < hi) {
             os_mark_defined(run + lo, hi - lo);
-            memset(run + lo, 0, hi - lo);
+            os_zero_written(run + lo, hi - lo);
         }
+        if (hi >= to)
+            break;
+        d = e;
     }
 }
 

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,21 @@ static inline long rss_kib(void)
     if (sscanf(buf, "%ld %ld", &size, &resident) != 2)
         return -1;
     return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* OS pages of [p, p + n) in RAM now, the partial ones at both ends
+ * included (mincore; up to 256 MiB); (size_t)-1 when it fails. */
+static inline size_t pages_in_ram(const void *p, size_t n)
+{
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)p / pg * pg, hi = ((uintptr_t)p + n + pg - 1) / pg * pg;
+    static unsigned char vec[1 << 16];
+    if ((hi - lo) / pg > sizeof vec || mincore((void *)lo, hi - lo, vec) != 0)
+        return (size_t)-1;
+    size_t r = 0;
+    for (size_t i = 0; i < (hi - lo) / pg; i++)
+        r += vec[i] & 1;
+    return r;
 }
 
 static inline long minor_faults(void)

@@ -6,8 +6,6 @@
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <malloc.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #include "tally.h"
 
 static struct tally_stats stats(void)
@@ -710,20 +708,6 @@ Test(large, calloc_of_a_reused_large_block_is_zero)
     }
 }
 
-/* Pages of [p, p + n) in RAM now. */
-static size_t resident_pages(const void *p, size_t n)
-{
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = (uintptr_t)p / pg * pg, hi = ((uintptr_t)p + n + pg - 1) / pg * pg;
-    static unsigned char vec[1 << 16];
-    cr_assert_leq((hi - lo) / pg, sizeof vec);
-    cr_assert_eq(mincore((void *)lo, hi - lo, vec), 0);
-    size_t r = 0;
-    for (size_t i = 0; i < (hi - lo) / pg; i++)
-        r += vec[i] & 1;
-    return r;
-}
-
 /* calloc clears a reused block's written pages and leaves the others
  * alone: they read as zero already, and clearing them made every page of
  * the block resident (a program that callocs big tables and touches a
@@ -746,7 +730,7 @@ Test(large, calloc_of_a_reused_large_block_clears_only_the_pages_written)
     free(p);
     unsigned char *z = calloc(1, n);
     cr_assert_eq(z, p, "the cache did not hand the block back (%p, was %p)", (void *)z, (void *)p);
-    size_t resident = resident_pages(z, n);
+    size_t resident = pages_in_ram(z, n);
     cr_assert_leq(resident, written + 2, "%zu pages resident after calloc, %zu written before",
                   resident, written);
     for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++)

@@ -401,6 +401,62 @@ Test(span, calloc_of_reused_units_is_zero)
     }
 }
 
+/* calloc clears the pages of a reused block that hold data and leaves the
+ * rest unfaulted: it cleared every unit a block had been handed (a unit
+ * is dirty once handed out, written or not), so a run whose last owner
+ * wrote three pages came back with all 128 resident. The arming blocks
+ * are unwritten, so whichever run the calloc gets, only written pages
+ * count. */
+Test(span, calloc_of_a_reused_run_clears_only_the_pages_written)
+{
+    arm_written(0);
+    size_t n = 512u << 10;
+    char *p = malloc(n);
+    cr_assert_not_null(p);
+    p[0] = p[n / 2] = p[n - 1] = 7;
+    free(p);
+    unsigned char *z = calloc(1, n);
+    cr_assert_not_null(z);
+    size_t resident = pages_in_ram(z, n);
+    cr_assert_leq(resident, 6, "%zu pages resident after calloc of a reused run (%p, was %p)",
+                  resident, (void *)z, (void *)p);
+    for (size_t i = 0; i < n; i += 509)
+        cr_assert_eq(z[i], 0, "byte %zu", i);
+    cr_assert_eq(z[n / 2], 0);
+    cr_assert_eq(z[n - 1], 0);
+    free(z);
+}
+
+/* The same for a medium block of 300 KiB (the size's gate shut by sparse
+ * blocks, as below): its freed block comes back to the calloc. */
+Test(span, calloc_of_a_reused_medium_block_clears_only_the_pages_written)
+{
+    size_t n = 300u << 10;
+    for (int i = 0; i < 64; i++) {
+        char *p = malloc(n);
+        cr_assert_not_null(p);
+        p[0] = 1;
+        free(p);
+    }
+    uint64_t large0 = stats().large_count;
+    char *p = malloc(n);
+    cr_assert_not_null(p);
+    cr_assert_eq(stats().large_count, large0, "300 KiB is still a span block");
+    p[0] = p[n / 2] = p[n - 1] = 7;
+    free(p);
+    unsigned char *z = calloc(1, n);
+    cr_assert_eq(z, (unsigned char *)p, "the medium block did not come back (%p, was %p)",
+                 (void *)z, (void *)p);
+    size_t resident = pages_in_ram(z, n);
+    cr_assert_leq(resident, 6, "%zu pages resident after calloc of a reused medium block",
+                  resident);
+    for (size_t i = 0; i < n; i += 509)
+        cr_assert_eq(z[i], 0, "byte %zu", i);
+    cr_assert_eq(z[n / 2], 0);
+    cr_assert_eq(z[n - 1], 0);
+    free(z);
+}
+
 Test(span, sparsely_written_blocks_shut_their_sizes_gate)
 {
     /* It starts open: a 300 KiB request is a large (span) block. Blocks
