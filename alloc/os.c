@@ -388,9 +388,22 @@ size_t os_resident_per(void *p, size_t size, size_t chunk, uint8_t *counts)
 #define PM_SWAPPED ((uint64_t)1 << 62)
 #define PM_BATCH   256          /* entries a read (1 MiB of pages): 2 KiB of stack */
 
-/* Set once pagemap could not be opened or read (no /proc, a sandbox):
- * every later clear is a plain memset, without the failing call. */
-static bool pagemap_refused;
+/* Set once pagemap could not be opened or read (no /proc, a sandbox), or
+ * did not call a page present that is (an emulated /proc that reads as
+ * zeros would have every block left uncleared): every later clear is a
+ * plain memset, without the failing call. pagemap_trusted: that check
+ * passed once in this process. */
+static bool pagemap_refused, pagemap_trusted;
+
+/* Whether fd's entries can be believed: the page of `probe`, which the
+ * caller just wrote, must read as present. */
+WARM_TEXT static bool pagemap_believable(int fd, volatile uint64_t *probe)
+{
+    *probe = 0;
+    uint64_t entry = 0;
+    off_t at = (off_t)((uintptr_t)probe / OS_PAGE * sizeof entry);
+    return pread(fd, &entry, sizeof entry, at) == (ssize_t)sizeof entry && (entry & PM_PRESENT);
+}
 
 /* A program whose callocs it writes whole gains nothing from the probe
  * and pays its calls: about 8 us for the open, a read and the close,
@@ -455,6 +468,10 @@ WARM_TEXT void os_zero_written(void *p, size_t size)
     uint64_t e[PM_BATCH];
     bool first = true;
     bool refused = fd < 0;
+    if (!refused && !__atomic_load_n(&pagemap_trusted, __ATOMIC_RELAXED)) {
+        refused = !pagemap_believable(fd, &e[0]);
+        __atomic_store_n(&pagemap_trusted, !refused, __ATOMIC_RELAXED);
+    }
     while (!refused && page <= last) {
         size_t n = last - page + 1 < PM_BATCH ? last - page + 1 : PM_BATCH;
         ssize_t got = pread(fd, e, n * sizeof e[0], (off_t)(page * sizeof e[0]));

@@ -112,7 +112,7 @@ HIDDEN void os_wake(_Atomic uint32_t *word);
  * rest read as zero already), so a reused block clears what its last
  * owners wrote, not pages nobody touched. A plain memset when size is
  * under OS_ZERO_PROBE_MIN (the three calls cost more than the clearing),
- * under valgrind, or when pagemap cannot be read. */
+ * under valgrind, or when pagemap cannot be read or believed. */
 #define OS_ZERO_PROBE_MIN ((size_t)256 << 10)
 HIDDEN void os_zero_written(void *p, size_t size);
 /* Bytes of [p, p + size) resident in RAM (mincore): statistics, and the
