@@ -401,6 +401,29 @@ Test(span, calloc_of_reused_units_is_zero)
     }
 }
 
+/* A block of n bytes written on three of its pages, then freed: where it was. */
+static char *free_written_thrice(size_t n)
+{
+    char *p = malloc(n);
+    cr_assert_not_null(p);
+    p[0] = p[n / 2] = p[n - 1] = 7;
+    free(p);
+    return p;
+}
+
+/* z, a calloc of n bytes from such a block: no more than its written
+ * pages are resident, and all of it reads as zero. */
+static void assert_cleared_lightly(const unsigned char *z, size_t n)
+{
+    cr_assert_not_null(z);
+    size_t resident = pages_in_ram(z, n);
+    cr_assert_leq(resident, 6, "%zu pages of a %zu-byte block resident after calloc", resident, n);
+    for (size_t i = 0; i < n; i += 509)
+        cr_assert_eq(z[i], 0, "byte %zu", i);
+    cr_assert_eq(z[n / 2], 0);
+    cr_assert_eq(z[n - 1], 0);
+}
+
 /* calloc clears the pages of a reused block that hold data and leaves the
  * rest unfaulted: it cleared every unit a block had been handed (a unit
  * is dirty once handed out, written or not), so a run whose last owner
@@ -411,19 +434,9 @@ Test(span, calloc_of_a_reused_run_clears_only_the_pages_written)
 {
     arm_written(0);
     size_t n = 512u << 10;
-    char *p = malloc(n);
-    cr_assert_not_null(p);
-    p[0] = p[n / 2] = p[n - 1] = 7;
-    free(p);
+    free_written_thrice(n);
     unsigned char *z = calloc(1, n);
-    cr_assert_not_null(z);
-    size_t resident = pages_in_ram(z, n);
-    cr_assert_leq(resident, 6, "%zu pages resident after calloc of a reused run (%p, was %p)",
-                  resident, (void *)z, (void *)p);
-    for (size_t i = 0; i < n; i += 509)
-        cr_assert_eq(z[i], 0, "byte %zu", i);
-    cr_assert_eq(z[n / 2], 0);
-    cr_assert_eq(z[n - 1], 0);
+    assert_cleared_lightly(z, n);
     free(z);
 }
 
@@ -438,7 +451,7 @@ Test(span, calloc_of_a_reused_medium_block_clears_only_the_pages_written)
         p[0] = 1;
         free(p);
     }
-    uint64_t large0 = stats().large_count;
+    uint64_t large0 = stats().large_count;      /* live blocks: checked while p is */
     char *p = malloc(n);
     cr_assert_not_null(p);
     cr_assert_eq(stats().large_count, large0, "300 KiB is still a span block");
@@ -447,13 +460,7 @@ Test(span, calloc_of_a_reused_medium_block_clears_only_the_pages_written)
     unsigned char *z = calloc(1, n);
     cr_assert_eq(z, (unsigned char *)p, "the medium block did not come back (%p, was %p)",
                  (void *)z, (void *)p);
-    size_t resident = pages_in_ram(z, n);
-    cr_assert_leq(resident, 6, "%zu pages resident after calloc of a reused medium block",
-                  resident);
-    for (size_t i = 0; i < n; i += 509)
-        cr_assert_eq(z[i], 0, "byte %zu", i);
-    cr_assert_eq(z[n / 2], 0);
-    cr_assert_eq(z[n - 1], 0);
+    assert_cleared_lightly(z, n);
     free(z);
 }
 
