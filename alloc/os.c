@@ -397,12 +397,21 @@ static bool pagemap_refused, pagemap_trusted;
 
 /* Whether fd's entries can be believed: the page of `probe`, which the
  * caller just wrote, must read as present. */
+/* The file's calls go to the kernel directly, not through libc's
+ * wrappers, which a program or a preloaded library may interpose (a
+ * path-rewriting open, one that allocates and comes back into calloc),
+ * as jemalloc reads its /proc files. */
+WARM_TEXT static ssize_t pagemap_read(int fd, void *buf, size_t n, uintptr_t page)
+{
+    return syscall(SYS_pread64, fd, buf, n, (off_t)(page * sizeof(uint64_t)));
+}
+
 WARM_TEXT static bool pagemap_believable(int fd, volatile uint64_t *probe)
 {
     *probe = 0;
     uint64_t entry = 0;
-    off_t at = (off_t)((uintptr_t)probe / OS_PAGE * sizeof entry);
-    return pread(fd, &entry, sizeof entry, at) == (ssize_t)sizeof entry && (entry & PM_PRESENT);
+    return pagemap_read(fd, &entry, sizeof entry, (uintptr_t)probe / OS_PAGE) == (ssize_t)sizeof entry &&
+           (entry & PM_PRESENT);
 }
 
 /* A program whose callocs it writes whole gains nothing from the probe
@@ -462,7 +471,7 @@ WARM_TEXT void os_zero_written(void *p, size_t size)
      * every descriptor it did not open and reuse the number. calloc leaves
      * errno as it was when it succeeds. */
     int saved = errno;
-    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
     char *lo = p, *end = lo + size;
     uintptr_t page = (uintptr_t)lo / OS_PAGE, last = ((uintptr_t)end - 1) / OS_PAGE;
     uint64_t e[PM_BATCH];
@@ -474,7 +483,7 @@ WARM_TEXT void os_zero_written(void *p, size_t size)
     }
     while (!refused && page <= last) {
         size_t n = last - page + 1 < PM_BATCH ? last - page + 1 : PM_BATCH;
-        ssize_t got = pread(fd, e, n * sizeof e[0], (off_t)(page * sizeof e[0]));
+        ssize_t got = pagemap_read(fd, e, n * sizeof e[0], page);
         if (got != (ssize_t)(n * sizeof e[0])) {
             refused = !(got < 0 && errno == EINTR);   /* a signal: only this call goes plain */
             break;
@@ -499,7 +508,7 @@ WARM_TEXT void os_zero_written(void *p, size_t size)
     if (page <= last)               /* not looked at: the plain way */
         zero_pages(lo, end, page, last - page + 1);
     if (fd >= 0)
-        close(fd);
+        syscall(SYS_close, fd);
     errno = saved;
 }
 
