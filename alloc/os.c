@@ -395,8 +395,6 @@ size_t os_resident_per(void *p, size_t size, size_t chunk, uint8_t *counts)
  * passed once in this process. */
 static bool pagemap_refused, pagemap_trusted;
 
-/* Whether fd's entries can be believed: the page of `probe`, which the
- * caller just wrote, must read as present. */
 /* The file's calls go to the kernel directly, not through libc's
  * wrappers, which a program or a preloaded library may interpose (a
  * path-rewriting open, one that allocates and comes back into calloc),
@@ -406,6 +404,8 @@ WARM_TEXT static ssize_t pagemap_read(int fd, void *buf, size_t n, uintptr_t pag
     return syscall(SYS_pread64, fd, buf, n, (off_t)(page * sizeof(uint64_t)));
 }
 
+/* Whether fd's entries can be believed: the page of `probe`, which this
+ * writes, must read as present. */
 WARM_TEXT static bool pagemap_believable(int fd, volatile uint64_t *probe)
 {
     *probe = 0;
