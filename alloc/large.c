@@ -266,14 +266,14 @@ static void *large_place(size_t size, size_t offset, size_t span_off, size_t ali
      * last owner touched are resident, and writing them beats refaulting
      * them. 50 rounds of a 16 MiB malloc, free and calloc (medians of 3):
      * with all 16 MiB written each time tally took 0.12 s, glibc 0.12,
-     * jemalloc 0.31. Only the pages someone wrote are written
-     * (os_zero_written): clearing the rest faulted in pages nobody had
-     * touched, so a program that callocs big tables and writes a little of
-     * each held every page of them (2,000 callocs of 1-16 MiB, one page
-     * written in each: 1.5 s and 236 MB of peak RSS; now 0.12 s and 3.5
-     * MB, jemalloc 0.19 s and 4.6 MB). */
+     * jemalloc 0.31. Only the pages someone wrote are written (os_zero):
+     * clearing the rest faulted in pages nobody had touched, so a program
+     * that callocs big tables and writes a little of each held every page
+     * of them (2,000 callocs of 1-16 MiB, one page written in each: 1.32 s
+     * and 236 MB of peak RSS; now 0.107 s and 3.5 MB, jemalloc 0.155 s and
+     * 4.6 MB; docs/benchmarks.md). */
     if (warm && (flags & LARGE_ZERO))
-        os_zero_written((char *)h + offset, size);
+        os_zero((char *)h + offset, size);
     large_tag(h);
     large_count(h);
     return (char *)h + offset;

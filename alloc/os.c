@@ -414,8 +414,8 @@ WARM_TEXT static bool pagemap_believable(int fd, volatile uint64_t *probe)
            (entry & PM_PRESENT);
 }
 
-/* A program whose callocs it writes whole gains nothing from the probe
- * and pays its calls: about 8 us for the open, a read and the close,
+/* A program that writes its calloc'd blocks whole gains nothing from the
+ * probe and pays its calls: about 8 us for the open, a read and the close,
  * where a resident 8 MiB clears in 80-130 us. After two probes in a row
  * found the first MiB written, the next clears skip it, twice as many
  * each time the streak grows, up to 64, and a probe then looks again.
@@ -461,8 +461,8 @@ WARM_TEXT static void zero_pages(char *lo, char *end, uintptr_t first, size_t n)
 
 WARM_TEXT void os_zero_written(void *p, size_t size)
 {
-    if (size < OS_ZERO_PROBE_MIN || RUNNING_ON_VALGRIND ||
-        __atomic_load_n(&pagemap_refused, __ATOMIC_RELAXED) || zero_probe_skipped()) {
+    if (RUNNING_ON_VALGRIND || __atomic_load_n(&pagemap_refused, __ATOMIC_RELAXED) ||
+        zero_probe_skipped()) {
         memset(p, 0, size);
         return;
     }

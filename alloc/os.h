@@ -41,6 +41,7 @@
 #include "internal.h"
 
 #include <stdatomic.h>
+#include <string.h>
 
 enum os_call { OS_MMAP, OS_MUNMAP, OS_MREMAP, OS_MADVISE, OS_CALLS };
 
@@ -107,14 +108,23 @@ HIDDEN uint64_t os_now_ns(void);
 HIDDEN void os_wait_ms(_Atomic uint32_t *word, uint32_t seen, uint64_t ms);
 HIDDEN void os_wake(_Atomic uint32_t *word);
 /* Clears [p, p + size), memory the caller owns in a private anonymous
- * mapping of tally's, for calloc: only its pages written since they were
- * mapped or purged (those /proc/self/pagemap calls present or swapped; the
- * rest read as zero already), so a reused block clears what its last
- * owners wrote, not pages nobody touched. A plain memset when size is
- * under OS_ZERO_PROBE_MIN (the three calls cost more than the clearing),
- * under valgrind, or when pagemap cannot be read or believed. */
+ * mapping of tally's, for calloc. A range of OS_ZERO_PROBE_MIN or more
+ * goes to os_zero_written: only its pages written since they were mapped
+ * or purged are cleared (those /proc/self/pagemap calls present or
+ * swapped; the rest read as zero already), so a reused block clears what
+ * its last owners wrote, not pages nobody touched. A shorter one is a
+ * plain memset, here: the probe's three calls cost more than the
+ * clearing, and its code lies with the large blocks' (WARM_TEXT). So is
+ * any range under valgrind, or once pagemap cannot be read or believed. */
 #define OS_ZERO_PROBE_MIN ((size_t)256 << 10)
 HIDDEN void os_zero_written(void *p, size_t size);
+static inline void os_zero(void *p, size_t size)
+{
+    if (size < OS_ZERO_PROBE_MIN)
+        memset(p, 0, size);
+    else
+        os_zero_written(p, size);
+}
 /* Bytes of [p, p + size) resident in RAM (mincore): statistics, and the
  * span gate's measure (span.c). */
 HIDDEN size_t os_resident(void *p, size_t size);

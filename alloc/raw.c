@@ -66,12 +66,8 @@ void *raw_calloc(size_t size)
     /* So is a block carved from memory nothing wrote (page.h). */
     page_zero_block = NULL;
     void *p = alloc_in_class(sizeclass_of(size), false);
-    if (p && p != page_zero_block) {
-        if (size >= OS_ZERO_PROBE_MIN)
-            os_zero_written(p, size);     /* its written pages only (os.h) */
-        else
-            memset(p, 0, size);
-    }
+    if (p && p != page_zero_block)
+        os_zero(p, size);           /* a big one's written pages only (os.h) */
     return p;
 }
 

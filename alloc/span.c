@@ -672,10 +672,10 @@ static void slot_give(struct span_segment *s, unsigned u)
 }
 
 /* Clears [from, to) of the run at u, where its units were dirty: a
- * stretch of dirty units at a time, through os_zero_written. A unit is
- * dirty once handed out, written or not: a calloc'd buffer its program
- * never wrote left its units dirty, and clearing them whole faulted in
- * pages nobody had touched. */
+ * stretch of dirty units at a time, through os_zero. A unit is dirty once
+ * handed out, written or not: a calloc'd buffer its program never wrote
+ * left its units dirty, and clearing them whole faulted in pages nobody
+ * had touched. */
 static void units_clear(struct span_segment *s, unsigned u, const struct unitmap *dirty,
                         size_t from, size_t to)
 {
@@ -687,7 +687,7 @@ static void units_clear(struct span_segment *s, unsigned u, const struct unitmap
         hi = hi < to ? hi : to;
         if (lo < hi) {
             os_mark_defined(run + lo, hi - lo);
-            os_zero_written(run + lo, hi - lo);
+            os_zero(run + lo, hi - lo);
         }
         if (hi >= to)
             break;

@@ -713,16 +713,12 @@ Test(purge, a_sweep_hands_its_purges_to_the_kernel_together)
                   (unsigned long long)together, (unsigned long long)one_by_one);
 }
 
-/* OS pages of [p, p + n) in RAM. */
+/* OS pages of [p, p + n) in RAM (helpers.h), the count asserted taken. */
 static int resident_pages(const void *p, size_t n)
 {
-    unsigned char vec[64];
-    cr_assert_leq(n / 4096, sizeof vec);
-    cr_assert_eq(mincore((void *)p, n, vec), 0);
-    int r = 0;
-    for (size_t i = 0; i < n / 4096; i++)
-        r += vec[i] & 1;
-    return r;
+    size_t r = pages_in_ram(p, n);
+    cr_assert_neq(r, (size_t)-1, "mincore of %zu bytes at %p failed", n, p);
+    return (int)r;
 }
 
 /* The inside pages of a medium block of n bytes at p that are resident. */
